@@ -1,0 +1,487 @@
+//! The network configuration on stdin: sriov-cni's keys, plus `mtu`, `rdma`-free core keys and logging.
+//!
+//! The JSON is decoded into a `Value` first (bad JSON is code 6), then every key is checked by hand so a
+//! wrong value is code 7 naming the key and the value, before anything is touched.
+
+use super::error::{CniError, CniResult, Code};
+use super::types::{IpNet, Mac, PciAddr};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+pub const SUPPORTED_VERSIONS: [&str; 4] = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// A CNI spec version this plugin speaks; ordered, so `>=` compares versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    V0_3_1,
+    V0_4_0,
+    V1_0_0,
+    V1_1_0,
+}
+
+impl Version {
+    pub fn parse(s: &str) -> CniResult<Self> {
+        Ok(match s {
+            "0.3.1" => Version::V0_3_1,
+            "0.4.0" => Version::V0_4_0,
+            "1.0.0" => Version::V1_0_0,
+            "1.1.0" => Version::V1_1_0,
+            other => {
+                return Err(CniError::new(
+                    Code::IncompatibleVersion,
+                    format!("cniVersion {other:?} is not supported (supported: {})", SUPPORTED_VERSIONS.join(", ")),
+                ))
+            }
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        SUPPORTED_VERSIONS[self as usize]
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum VlanProto {
+    #[serde(rename = "802.1q")]
+    Dot1Q,
+    #[serde(rename = "802.1ad")]
+    Dot1Ad,
+}
+
+impl VlanProto {
+    /// The ethertype the kernel wants in `ifla_vf_vlan_info`.
+    pub fn ethertype(self) -> u16 {
+        match self {
+            VlanProto::Dot1Q => 0x8100,
+            VlanProto::Dot1Ad => 0x88a8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkState {
+    Auto,
+    Enable,
+    Disable,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Warning,
+    Info,
+    Debug,
+}
+
+/// The PF-side settings of a VF that the configuration asks for; `None` means "leave as it is".
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VfSettings {
+    pub mac: Option<Mac>,
+    pub vlan: Option<u16>,
+    pub vlan_qos: Option<u8>,
+    pub vlan_proto: Option<VlanProto>,
+    pub spoofchk: Option<bool>,
+    pub trust: Option<bool>,
+    pub link_state: Option<LinkState>,
+    pub min_tx_rate: Option<u32>,
+    pub max_tx_rate: Option<u32>,
+}
+
+/// Where the VF comes from: an address the device plugin gave, or a PF to pick a free VF of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VfSource {
+    Device(PciAddr),
+    Pf(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Ipam {
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachmentRef {
+    pub container_id: String,
+    pub ifname: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    pub version: Version,
+    pub name: String,
+    pub source: Option<VfSource>,
+    pub vf: VfSettings,
+    pub mtu: Option<u32>,
+    pub ipam: Option<Ipam>,
+    pub dns: Option<Value>,
+    pub log_level: LogLevel,
+    pub log_file: Option<PathBuf>,
+    pub prev_result: Option<Value>,
+    /// GC's list of attachments to keep; `None` when the key is absent.
+    pub valid_attachments: Option<Vec<AttachmentRef>>,
+    /// The bytes as received, handed unchanged to the IPAM plugin.
+    pub raw: Vec<u8>,
+}
+
+fn bad(key: &str, value: &Value, why: &str) -> CniError {
+    CniError::config(format!("invalid {key} {value}: {why}"))
+}
+
+struct Keys<'a>(&'a Map<String, Value>);
+
+impl<'a> Keys<'a> {
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    fn str(&self, key: &str) -> CniResult<Option<&'a str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(v) => Err(bad(key, v, "must be a string")),
+        }
+    }
+
+    fn int(&self, key: &str, min: i64, max: i64) -> CniResult<Option<i64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_i64() {
+                Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+                Some(_) => Err(bad(key, v, &format!("must be between {min} and {max}"))),
+                None => Err(bad(key, v, "must be an integer")),
+            },
+        }
+    }
+
+    fn on_off(&self, key: &str) -> CniResult<Option<bool>> {
+        match self.str(key)? {
+            None => Ok(None),
+            Some("on") => Ok(Some(true)),
+            Some("off") => Ok(Some(false)),
+            Some(s) => Err(bad(key, &Value::from(s), "must be \"on\" or \"off\"")),
+        }
+    }
+
+    fn obj(&self, key: &str) -> CniResult<Option<Keys<'a>>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(Keys(m))),
+            Some(v) => Err(bad(key, v, "must be an object")),
+        }
+    }
+}
+
+fn parse_pci(key: &str, s: &str) -> CniResult<PciAddr> {
+    PciAddr::parse(s).map_err(|why| bad(key, &Value::from(s), &why))
+}
+
+fn parse_mac(key: &str, s: &str) -> CniResult<Mac> {
+    let mac: Mac = s.parse().map_err(|why: String| bad(key, &Value::from(s), &why))?;
+    if mac.is_multicast() || mac.is_zero() {
+        return Err(bad(key, &Value::from(s), "must be a unicast, non-zero MAC address"));
+    }
+    Ok(mac)
+}
+
+impl NetConf {
+    /// Decodes and validates the configuration. `args` is CNI_ARGS, which may carry `deviceID` and `MAC`.
+    pub fn parse(raw: &[u8], args: &HashMap<String, String>) -> CniResult<NetConf> {
+        let value: Value = serde_json::from_slice(raw)
+            .map_err(|e| CniError::new(Code::Decode, format!("decoding the network configuration: {e}")))?;
+        let Value::Object(map) = &value else {
+            return Err(CniError::new(Code::Decode, "the network configuration is not a JSON object"));
+        };
+        let k = Keys(map);
+        let version = match k.str("cniVersion")? {
+            Some(v) => Version::parse(v)?,
+            None => return Err(CniError::config("cniVersion is missing")),
+        };
+        let name = match k.str("name")? {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => return Err(CniError::config("name is missing")),
+        };
+        let rc = k.obj("runtimeConfig")?;
+
+        // deviceID: runtimeConfig, then top level (Multus), then CNI_ARGS.
+        let device = match (rc.as_ref().map(|r| r.str("deviceID")).transpose()?.flatten(), k.str("deviceID")?) {
+            (Some(d), _) => Some(parse_pci("runtimeConfig.deviceID", d)?),
+            (None, Some(d)) => Some(parse_pci("deviceID", d)?),
+            (None, None) => match args.get("deviceID") {
+                Some(d) => Some(parse_pci("CNI_ARGS deviceID", d)?),
+                None => None,
+            },
+        };
+        let pf = match k.str("pfName")? {
+            Some("") => return Err(bad("pfName", &Value::from(""), "must not be empty")),
+            Some(p) if p.len() > 15 || p.contains('/') => {
+                return Err(bad("pfName", &Value::from(p), "is not an interface name"))
+            }
+            p => p.map(str::to_string),
+        };
+        let source = match (device, pf) {
+            (Some(d), _) => Some(VfSource::Device(d)),
+            (None, Some(p)) => Some(VfSource::Pf(p)),
+            (None, None) => None,
+        };
+
+        // mac: top level, then runtimeConfig, then CNI_ARGS MAC.
+        let mac = match (k.str("mac")?, rc.as_ref().map(|r| r.str("mac")).transpose()?.flatten()) {
+            (Some(m), _) => Some(parse_mac("mac", m)?),
+            (None, Some(m)) => Some(parse_mac("runtimeConfig.mac", m)?),
+            (None, None) => match args.get("MAC") {
+                Some(m) => Some(parse_mac("CNI_ARGS MAC", m)?),
+                None => None,
+            },
+        };
+
+        let vlan = k.int("vlan", 0, 4094)?.map(|v| v as u16);
+        let vlan_qos = k.int("vlanQoS", 0, 7)?.map(|v| v as u8);
+        let vlan_proto = match k.str("vlanProto")? {
+            None => None,
+            Some("802.1q") | Some("802.1Q") => Some(VlanProto::Dot1Q),
+            Some("802.1ad") | Some("802.1AD") => Some(VlanProto::Dot1Ad),
+            Some(s) => return Err(bad("vlanProto", &Value::from(s), "must be \"802.1q\" or \"802.1ad\"")),
+        };
+        if vlan.is_none() {
+            if let Some(q) = k.get("vlanQoS") {
+                return Err(bad("vlanQoS", q, "needs vlan to be set"));
+            }
+            if let Some(p) = k.get("vlanProto") {
+                return Err(bad("vlanProto", p, "needs vlan to be set"));
+            }
+        }
+        let link_state = match k.str("link_state")? {
+            None => None,
+            Some("auto") => Some(LinkState::Auto),
+            Some("enable") => Some(LinkState::Enable),
+            Some("disable") => Some(LinkState::Disable),
+            Some(s) => {
+                return Err(bad("link_state", &Value::from(s), "must be \"auto\", \"enable\" or \"disable\""))
+            }
+        };
+        let min_tx_rate = k.int("min_tx_rate", 0, u32::MAX as i64)?.map(|v| v as u32);
+        let max_tx_rate = k.int("max_tx_rate", 0, u32::MAX as i64)?.map(|v| v as u32);
+        if let (Some(min), Some(max)) = (min_tx_rate, max_tx_rate) {
+            if max != 0 && min > max {
+                return Err(bad("min_tx_rate", &Value::from(min), &format!("is greater than max_tx_rate {max}")));
+            }
+        }
+        let vf = VfSettings {
+            mac,
+            vlan,
+            vlan_qos,
+            vlan_proto,
+            spoofchk: k.on_off("spoofchk")?,
+            trust: k.on_off("trust")?,
+            link_state,
+            min_tx_rate,
+            max_tx_rate,
+        };
+
+        let mtu = k.int("mtu", 68, 65535)?.map(|v| v as u32);
+        let ipam = match k.obj("ipam")? {
+            None => None,
+            Some(i) => match i.str("type") {
+                Ok(Some(t)) if !t.is_empty() && !t.contains('/') => Some(Ipam { kind: t.to_string() }),
+                Ok(Some(t)) => return Err(bad("ipam.type", &Value::from(t), "is not a plugin name")),
+                Ok(None) if i.0.is_empty() => None,
+                Ok(None) => return Err(CniError::config("ipam.type is missing")),
+                Err(e) => return Err(e.context("ipam")),
+            },
+        };
+        let log_level = match k.str("logLevel")? {
+            None | Some("info") => LogLevel::Info,
+            Some("error") => LogLevel::Error,
+            Some("warning") => LogLevel::Warning,
+            Some("debug") => LogLevel::Debug,
+            Some(s) => {
+                return Err(bad("logLevel", &Value::from(s), "must be \"error\", \"warning\", \"info\" or \"debug\""))
+            }
+        };
+        let log_file = k.str("logFile")?.filter(|s| !s.is_empty()).map(PathBuf::from);
+
+        let valid_attachments = match k.get("cni.dev/valid-attachments").or_else(|| k.get("cni.dev/attachments")) {
+            None => None,
+            Some(v) => Some(parse_attachments(v)?),
+        };
+
+        Ok(NetConf {
+            version,
+            name,
+            source,
+            vf,
+            mtu,
+            ipam,
+            dns: k.get("dns").cloned(),
+            log_level,
+            log_file,
+            prev_result: k.get("prevResult").cloned(),
+            valid_attachments,
+            raw: raw.to_vec(),
+        })
+    }
+
+    /// The addresses in prevResult, for CHECK.
+    pub fn prev_ips(&self) -> CniResult<Vec<IpNet>> {
+        let Some(prev) = &self.prev_result else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for ip in prev.get("ips").and_then(Value::as_array).into_iter().flatten() {
+            if let Some(a) = ip.get("address").and_then(Value::as_str) {
+                out.push(a.parse().map_err(|e: String| CniError::config(format!("prevResult ips: {e}")))?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn parse_attachments(v: &Value) -> CniResult<Vec<AttachmentRef>> {
+    let key = "cni.dev/valid-attachments";
+    let Value::Array(items) = v else { return Err(bad(key, v, "must be a list")) };
+    items
+        .iter()
+        .map(|item| {
+            let id = item.get("containerID").and_then(Value::as_str);
+            let ifname = item.get("ifname").and_then(Value::as_str);
+            match (id, ifname) {
+                (Some(id), Some(ifname)) => {
+                    Ok(AttachmentRef { container_id: id.to_string(), ifname: ifname.to_string() })
+                }
+                _ => Err(bad(key, item, "each entry needs containerID and ifname")),
+            }
+        })
+        .collect()
+}
+
+/// The cniVersion of a configuration that may be invalid otherwise, for the error reply.
+pub fn sniff_version(raw: &[u8]) -> String {
+    serde_json::from_slice::<Value>(raw)
+        .ok()
+        .and_then(|v| v.get("cniVersion").and_then(Value::as_str).map(str::to_string))
+        .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
+        .unwrap_or_else(|| "1.1.0".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> CniResult<NetConf> {
+        NetConf::parse(s.as_bytes(), &HashMap::new())
+    }
+
+    fn with(extra: &str) -> String {
+        format!(r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","deviceID":"0000:3b:02.1"{extra}}}"#)
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let c = parse(&with(
+            r#","vlan":100,"vlanQoS":3,"vlanProto":"802.1q","mac":"02:00:00:00:00:01","spoofchk":"on",
+               "trust":"on","link_state":"auto","min_tx_rate":10,"max_tx_rate":100,"mtu":9000,
+               "ipam":{"type":"static"},"logLevel":"debug","logFile":"/tmp/x.log","capabilities":{"mac":true},
+               "unknownKey":{"ignored":true}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.version, Version::V1_0_0);
+        assert_eq!(c.source, Some(VfSource::Device(PciAddr::parse("0000:3b:02.1").unwrap())));
+        assert_eq!(c.vf.vlan, Some(100));
+        assert_eq!(c.vf.vlan_qos, Some(3));
+        assert_eq!(c.vf.vlan_proto, Some(VlanProto::Dot1Q));
+        assert_eq!(c.vf.spoofchk, Some(true));
+        assert_eq!(c.vf.trust, Some(true));
+        assert_eq!(c.vf.link_state, Some(LinkState::Auto));
+        assert_eq!((c.vf.min_tx_rate, c.vf.max_tx_rate), (Some(10), Some(100)));
+        assert_eq!(c.mtu, Some(9000));
+        assert_eq!(c.ipam.unwrap().kind, "static");
+        assert_eq!(c.log_level, LogLevel::Debug);
+    }
+
+    #[test]
+    fn every_bad_value_is_code_7_naming_the_key_and_value() {
+        for (extra, key, val) in [
+            (r#","vlan":4095"#, "vlan", "4095"),
+            (r#","vlan":"10""#, "vlan", "\"10\""),
+            (r#","vlan":1,"vlanQoS":8"#, "vlanQoS", "8"),
+            (r#","vlanQoS":1"#, "vlanQoS", "needs vlan"),
+            (r#","vlanProto":"802.1ad""#, "vlanProto", "needs vlan"),
+            (r#","vlan":1,"vlanProto":"qinq""#, "vlanProto", "qinq"),
+            (r#","mac":"zz:00:00:00:00:01""#, "mac", "zz:00"),
+            (r#","mac":"01:00:5e:00:00:01""#, "mac", "unicast"),
+            (r#","spoofchk":"yes""#, "spoofchk", "yes"),
+            (r#","trust":true"#, "trust", "true"),
+            (r#","link_state":"up""#, "link_state", "up"),
+            (r#","min_tx_rate":-1"#, "min_tx_rate", "-1"),
+            (r#","min_tx_rate":200,"max_tx_rate":100"#, "min_tx_rate", "200"),
+            (r#","mtu":20"#, "mtu", "20"),
+            (r#","ipam":{"type":"../x"}"#, "ipam.type", "../x"),
+            (r#","ipam":{"subnet":"10.0.0.0/24"}"#, "ipam.type", "missing"),
+            (r#","logLevel":"trace""#, "logLevel", "trace"),
+            (r#","pfName":"""#, "pfName", "empty"),
+            (r#","runtimeConfig":{"deviceID":"3b:02"}"#, "runtimeConfig.deviceID", "3b:02"),
+            (r#","cni.dev/valid-attachments":[{"containerID":"a"}]"#, "valid-attachments", "ifname"),
+        ] {
+            let err = parse(&with(extra)).unwrap_err();
+            assert_eq!(err.code, Code::InvalidConfig, "{extra}: {err}");
+            assert!(err.msg.contains(key), "{extra}: {}", err.msg);
+            assert!(err.msg.contains(val), "{extra}: {}", err.msg);
+        }
+    }
+
+    #[test]
+    fn bad_json_is_6_bad_version_is_1_missing_name_is_7() {
+        assert_eq!(parse("{not json").unwrap_err().code, Code::Decode);
+        assert_eq!(parse("[1]").unwrap_err().code, Code::Decode);
+        let e = parse(r#"{"cniVersion":"0.2.0","name":"n"}"#).unwrap_err();
+        assert_eq!(e.code, Code::IncompatibleVersion);
+        assert!(e.msg.contains("0.2.0"));
+        let e = parse(r#"{"cniVersion":"1.0.0"}"#).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+        assert!(e.msg.contains("name"));
+        assert_eq!(parse(r#"{"name":"n"}"#).unwrap_err().code, Code::InvalidConfig);
+    }
+
+    #[test]
+    fn device_id_precedence_runtime_then_top_then_args() {
+        let mut args = HashMap::new();
+        args.insert("deviceID".to_string(), "0000:3b:02.3".to_string());
+        args.insert("MAC".to_string(), "02:00:00:00:00:03".to_string());
+        let dev = |c: &NetConf| match &c.source {
+            Some(VfSource::Device(d)) => d.to_string(),
+            other => panic!("{other:?}"),
+        };
+        let top = r#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:3b:02.2","runtimeConfig":{"deviceID":"0000:3b:02.1","mac":"02:00:00:00:00:02"}}"#;
+        let c = NetConf::parse(top.as_bytes(), &args).unwrap();
+        assert_eq!(dev(&c), "0000:3b:02.1");
+        assert_eq!(c.vf.mac.unwrap().to_string(), "02:00:00:00:00:02");
+        let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:3b:02.2"}"#, &args).unwrap();
+        assert_eq!(dev(&c), "0000:3b:02.2");
+        assert_eq!(c.vf.mac.unwrap().to_string(), "02:00:00:00:00:03");
+        let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","pfName":"ens1f0"}"#, &args).unwrap();
+        assert_eq!(dev(&c), "0000:3b:02.3");
+        let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","pfName":"ens1f0"}"#, &HashMap::new()).unwrap();
+        assert_eq!(c.source, Some(VfSource::Pf("ens1f0".into())));
+        let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","mac":"02:00:00:00:00:09","runtimeConfig":{"mac":"02:00:00:00:00:02"}}"#, &args).unwrap();
+        assert_eq!(c.vf.mac.unwrap().to_string(), "02:00:00:00:00:09");
+    }
+
+    #[test]
+    fn gc_attachments_accept_both_keys() {
+        let c = parse(&with(r#","cni.dev/attachments":[{"containerID":"a","ifname":"net1"}]"#)).unwrap();
+        assert_eq!(c.valid_attachments.unwrap()[0].container_id, "a");
+        let c = parse(&with(r#","cni.dev/valid-attachments":[]"#)).unwrap();
+        assert_eq!(c.valid_attachments, Some(vec![]));
+        assert_eq!(parse(&with("")).unwrap().valid_attachments, None);
+    }
+
+    #[test]
+    fn versions_round_trip() {
+        for v in SUPPORTED_VERSIONS {
+            assert_eq!(Version::parse(v).unwrap().as_str(), v);
+        }
+        assert!(Version::V0_4_0 < Version::V1_1_0);
+        assert_eq!(sniff_version(b"{bad"), "1.1.0");
+        assert_eq!(sniff_version(br#"{"cniVersion":"0.4.0"}"#), "0.4.0");
+    }
+}

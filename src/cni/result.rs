@@ -1,0 +1,206 @@
+//! The success result: read from an IPAM plugin in whatever version it speaks, printed in ours.
+
+use super::config::Version;
+use super::error::{CniError, CniResult, Code};
+use super::types::{IpNet, Mac};
+use serde_json::{json, Map, Value};
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interface {
+    pub name: String,
+    pub mac: Option<Mac>,
+    pub mtu: Option<u32>,
+    pub sandbox: String,
+    pub pci_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IpConfig {
+    pub address: IpNet,
+    pub gateway: Option<IpAddr>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub dst: IpNet,
+    pub gw: Option<IpAddr>,
+    pub priority: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttachResult {
+    pub interfaces: Vec<Interface>,
+    pub ips: Vec<IpConfig>,
+    pub routes: Vec<Route>,
+    pub dns: Option<Value>,
+}
+
+fn decode_err(what: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::new(Code::Decode, format!("decoding the IPAM result: {what}: {e}"))
+}
+
+impl AttachResult {
+    /// Parses an IPAM plugin's result (0.3.x–1.1.0 layouts all carry `ips`, `routes`, `dns`).
+    pub fn from_ipam(out: &[u8]) -> CniResult<AttachResult> {
+        let v: Value = serde_json::from_slice(out).map_err(|e| decode_err("not JSON", e))?;
+        let mut r = AttachResult::default();
+        for ip in v.get("ips").and_then(Value::as_array).into_iter().flatten() {
+            let address = ip
+                .get("address")
+                .and_then(Value::as_str)
+                .ok_or_else(|| decode_err("ips", "an entry has no address"))?
+                .parse()
+                .map_err(|e| decode_err("ips", e))?;
+            let gateway = match ip.get("gateway").and_then(Value::as_str) {
+                Some(g) => Some(g.parse().map_err(|e| decode_err("ips gateway", e))?),
+                None => None,
+            };
+            r.ips.push(IpConfig { address, gateway });
+        }
+        for rt in v.get("routes").and_then(Value::as_array).into_iter().flatten() {
+            let dst = rt
+                .get("dst")
+                .and_then(Value::as_str)
+                .ok_or_else(|| decode_err("routes", "an entry has no dst"))?
+                .parse()
+                .map_err(|e| decode_err("routes", e))?;
+            let gw = match rt.get("gw").and_then(Value::as_str) {
+                Some(g) => Some(g.parse().map_err(|e| decode_err("routes gw", e))?),
+                None => None,
+            };
+            let priority = rt.get("priority").and_then(Value::as_u64).map(|p| p as u32);
+            r.routes.push(Route { dst, gw, priority });
+        }
+        r.dns = v.get("dns").filter(|d| d.as_object().is_some_and(|o| !o.is_empty())).cloned();
+        Ok(r)
+    }
+
+    /// The result JSON in the layout of `version`.
+    pub fn to_json(&self, version: Version) -> Value {
+        let interfaces: Vec<Value> = self
+            .interfaces
+            .iter()
+            .map(|i| {
+                let mut o = Map::new();
+                o.insert("name".into(), json!(i.name));
+                if let Some(mac) = i.mac {
+                    o.insert("mac".into(), json!(mac.to_string()));
+                }
+                if version >= Version::V1_1_0 {
+                    if let Some(mtu) = i.mtu {
+                        o.insert("mtu".into(), json!(mtu));
+                    }
+                }
+                o.insert("sandbox".into(), json!(i.sandbox));
+                if version >= Version::V1_1_0 {
+                    if let Some(p) = &i.pci_id {
+                        o.insert("pciID".into(), json!(p));
+                    }
+                }
+                Value::Object(o)
+            })
+            .collect();
+        let ips: Vec<Value> = self
+            .ips
+            .iter()
+            .map(|ip| {
+                let mut o = Map::new();
+                if version < Version::V1_0_0 {
+                    o.insert("version".into(), json!(if ip.address.addr.is_ipv4() { "4" } else { "6" }));
+                }
+                o.insert("address".into(), json!(ip.address.to_string()));
+                if let Some(g) = ip.gateway {
+                    o.insert("gateway".into(), json!(g.to_string()));
+                }
+                if !self.interfaces.is_empty() {
+                    o.insert("interface".into(), json!(0));
+                }
+                Value::Object(o)
+            })
+            .collect();
+        let routes: Vec<Value> = self
+            .routes
+            .iter()
+            .map(|r| {
+                let mut o = Map::new();
+                o.insert("dst".into(), json!(r.dst.to_string()));
+                if let Some(gw) = r.gw {
+                    o.insert("gw".into(), json!(gw.to_string()));
+                }
+                if let Some(p) = r.priority {
+                    o.insert("priority".into(), json!(p));
+                }
+                Value::Object(o)
+            })
+            .collect();
+        let mut out = Map::new();
+        out.insert("cniVersion".into(), json!(version.as_str()));
+        out.insert("interfaces".into(), Value::Array(interfaces));
+        out.insert("ips".into(), Value::Array(ips));
+        if !routes.is_empty() {
+            out.insert("routes".into(), Value::Array(routes));
+        }
+        if let Some(d) = &self.dns {
+            out.insert("dns".into(), d.clone());
+        }
+        Value::Object(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> AttachResult {
+        let mut r = AttachResult::from_ipam(
+            br#"{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.1.0.2/24","gateway":"10.1.0.1"},
+                {"version":"6","address":"fd00::2/64"}],
+                "routes":[{"dst":"0.0.0.0/0","gw":"10.1.0.1"}],"dns":{"nameservers":["10.1.0.53"]}}"#,
+        )
+        .unwrap();
+        r.interfaces.push(Interface {
+            name: "net1".into(),
+            mac: Some("02:00:00:00:00:01".parse().unwrap()),
+            mtu: Some(9000),
+            sandbox: "/var/run/netns/x".into(),
+            pci_id: Some("0000:3b:02.1".into()),
+        });
+        r
+    }
+
+    #[test]
+    fn ipam_result_is_read() {
+        let r = sample();
+        assert_eq!(r.ips.len(), 2);
+        assert_eq!(r.ips[0].gateway, Some("10.1.0.1".parse().unwrap()));
+        assert_eq!(r.routes[0].dst.prefix, 0);
+        assert!(r.dns.is_some());
+        assert_eq!(AttachResult::from_ipam(b"nope").unwrap_err().code, Code::Decode);
+        assert_eq!(AttachResult::from_ipam(br#"{"ips":[{"gateway":"1.1.1.1"}]}"#).unwrap_err().code, Code::Decode);
+    }
+
+    #[test]
+    fn layout_follows_the_version() {
+        let r = sample();
+        let v031 = r.to_json(Version::V0_3_1);
+        assert_eq!(v031["cniVersion"], "0.3.1");
+        assert_eq!(v031["ips"][0]["version"], "4");
+        assert_eq!(v031["ips"][1]["version"], "6");
+        assert_eq!(v031["ips"][0]["interface"], 0);
+        assert!(v031["interfaces"][0].get("mtu").is_none());
+        assert!(v031["interfaces"][0].get("pciID").is_none());
+        let v040 = r.to_json(Version::V0_4_0);
+        assert_eq!(v040["ips"][0]["version"], "4");
+        let v100 = r.to_json(Version::V1_0_0);
+        assert!(v100["ips"][0].get("version").is_none());
+        assert!(v100["interfaces"][0].get("mtu").is_none());
+        let v110 = r.to_json(Version::V1_1_0);
+        assert_eq!(v110["interfaces"][0]["mtu"], 9000);
+        assert_eq!(v110["interfaces"][0]["pciID"], "0000:3b:02.1");
+        assert_eq!(v110["interfaces"][0]["mac"], "02:00:00:00:00:01");
+        assert_eq!(v110["interfaces"][0]["sandbox"], "/var/run/netns/x");
+        assert_eq!(v110["routes"][0]["gw"], "10.1.0.1");
+        assert_eq!(v110["dns"]["nameservers"][0], "10.1.0.53");
+    }
+}

@@ -1,0 +1,415 @@
+//! ADD and DEL. ADD writes the record, then changes things; any failure runs the same undo DEL runs.
+//!
+//! ADD: VF settings on the PF → netdev into the pod (moved and renamed in one message) → MTU, MAC, up →
+//! IPAM → addresses and routes. DEL: netdev back under its name → PF settings restored → name, MAC, MTU,
+//! up state restored on the host → IPAM DEL → record removed (kept if anything really failed).
+
+use super::ipam::{self, Target};
+use super::state::{Attachment, Store, VfLock};
+use crate::cni::config::{NetConf, VfSource};
+use crate::cni::env::CniEnv;
+use crate::cni::error::{CniError, CniResult, IoContext};
+use crate::cni::result::{AttachResult, Interface};
+use crate::kernel::link::{Link, RouteSocket};
+use crate::kernel::netlink::Route;
+use crate::kernel::netns::Netns;
+use crate::kernel::sysfs::{Sysfs, Vf};
+use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfState};
+use netlink_packet_route::link::LinkAttribute;
+use std::time::{Duration, Instant};
+
+/// How long DEL waits for the kernel to return a VF netdev from a destroyed pod namespace.
+const RETURN_WAIT: Duration = Duration::from_secs(2);
+
+/// The host side: sysfs, the record store, the host namespace and a route socket in it.
+pub struct Host {
+    pub sysfs: Sysfs,
+    pub store: Store,
+    pub ns: Netns,
+    pub route: RouteSocket,
+}
+
+impl Host {
+    pub fn open() -> CniResult<Host> {
+        Ok(Host {
+            sysfs: Sysfs::from_env(),
+            store: Store::open()?,
+            ns: Netns::current().ctx(|| "opening the host network namespace".to_string())?,
+            route: RouteSocket::new().ctx(|| "opening a netlink socket in the host namespace".to_string())?,
+        })
+    }
+
+    fn pf(&mut self, vf: &Vf) -> CniResult<Pf> {
+        let link = self
+            .route
+            .link_by_name(&vf.pf)
+            .ctx(|| format!("looking up PF {}", vf.pf))?
+            .ok_or_else(|| CniError::io(format!("PF {} of VF {} is not in the host namespace", vf.pf, vf.pci)))?;
+        Ok(Pf { name: vf.pf.clone(), index: link.index })
+    }
+}
+
+/// The pod namespace and a route socket opened inside it, or `None` when it is gone.
+pub struct Pod {
+    pub ns: Netns,
+    pub route: RouteSocket,
+}
+
+impl Pod {
+    pub fn open(path: &str) -> std::io::Result<Pod> {
+        let ns = Netns::open(path)?;
+        let route = ns.socket::<Route>()?;
+        Ok(Pod { ns, route })
+    }
+}
+
+fn attached_err(a: &Attachment) -> CniError {
+    CniError::io(format!(
+        "VF {} is already attached to container {} as {} (network {})",
+        a.pci, a.container_id, a.ifname, a.network
+    ))
+}
+
+/// Picks and locks the VF: the given address, or the lowest-numbered free VF of `pfName`.
+fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
+    match &conf.source {
+        None => Err(CniError::config(
+            "no VF given: set deviceID (or runtimeConfig.deviceID, CNI_ARGS deviceID) or pfName",
+        )),
+        Some(VfSource::Device(pci)) => {
+            let vf = host.sysfs.vf(pci)?;
+            let lock = host.store.lock(pci)?;
+            if let Some(a) = host.store.load(pci)? {
+                return Err(attached_err(&a));
+            }
+            Ok((vf, lock))
+        }
+        Some(VfSource::Pf(pf)) => {
+            let pf_pci = host.sysfs.pf_pci(pf)?;
+            let vfs = host.sysfs.vfs_of(&pf_pci).ctx(|| format!("listing the VFs of pfName {pf}"))?;
+            for (_, pci) in &vfs {
+                let Some(lock) = host.store.try_lock(pci)? else { continue };
+                if host.store.load(pci)?.is_some() {
+                    continue;
+                }
+                let Ok(vf) = host.sysfs.vf(pci) else { continue };
+                let Some(netdev) = &vf.netdev else { continue };
+                if host.route.link_by_name(netdev).ctx(|| format!("looking up {netdev}"))?.is_some() {
+                    return Ok((vf, lock));
+                }
+            }
+            Err(CniError::io(format!(
+                "pfName {pf}: no free VF among its {} VFs (all attached, locked, or without a netdev in the host namespace)",
+                vfs.len()
+            )))
+        }
+    }
+}
+
+pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
+    let mut host = Host::open()?;
+    let mut pod = Pod::open(&env.netns).ctx(|| format!("opening CNI_NETNS {}", env.netns))?;
+    if let Some(a) = host.store.find(&conf.name, &env.container_id, &env.ifname)? {
+        return Err(attached_err(&a));
+    }
+    let (vf, _lock) = select_vf(&mut host, conf)?;
+    let pf = host.pf(&vf)?;
+    let vf_original = NetlinkPf(&mut host.route)
+        .vf_state(&pf, vf.index)
+        .ctx(|| format!("reading the VF table of PF {}", pf.name))?;
+    let plan = vf::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
+    if vf_original.is_none() {
+        if let Some(s) = plan.first() {
+            return Err(CniError::io(format!(
+                "cannot apply {s}: PF {} reports no VF table, so the VF's settings could not be restored",
+                pf.name
+            )));
+        }
+    }
+    let netdev = if vf.userspace() {
+        None
+    } else {
+        let name = vf.netdev.as_deref().ok_or_else(|| {
+            CniError::io(format!(
+                "VF {} (driver {}) has no netdev in the host namespace; is it attached elsewhere?",
+                vf.pci,
+                vf.driver.as_deref().unwrap_or("none")
+            ))
+        })?;
+        let link = host
+            .route
+            .link_by_name(name)
+            .ctx(|| format!("looking up VF {} ({name})", vf.pci))?
+            .ok_or_else(|| CniError::io(format!("VF {} netdev {name} is not in the host namespace", vf.pci)))?;
+        if pod.route.link_by_name(&env.ifname).ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?.is_some() {
+            return Err(CniError::io(format!("CNI_IFNAME {} is already taken in {}", env.ifname, env.netns)));
+        }
+        Some(link)
+    };
+    let mut rec = Attachment {
+        network: conf.name.clone(),
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        netns: env.netns.clone(),
+        pci: vf.pci.clone(),
+        pf: pf.name.clone(),
+        pf_pci: vf.pf_pci.clone(),
+        vf_index: vf.index,
+        driver: vf.driver.clone(),
+        vf_settings: conf.vf.clone(),
+        vf_original,
+        netdev,
+        mtu: conf.mtu,
+        complete: false,
+    };
+    host.store.save(&rec)?;
+    crate::info!("ADD {}/{}: VF {} (PF {} VF {}) into {}", rec.container_id, rec.ifname, rec.pci, pf.name, vf.index, env.netns);
+
+    let mut progress = Progress::default();
+    match attach(&mut host, &mut pod, conf, env, &rec, &pf, &plan, &mut progress) {
+        Ok(result) => {
+            rec.complete = true;
+            host.store.save(&rec)?;
+            Ok(result)
+        }
+        Err(e) => {
+            crate::warn!("ADD {}/{} failed, rolling back: {e}", rec.container_id, rec.ifname);
+            let mut undo = detach(&mut host, Some(&mut pod), &rec, progress.moved);
+            if progress.ipam {
+                if let Err(e) = ipam::exec(conf, env, "DEL", &Target::of_env(env)) {
+                    undo.push(e.to_string());
+                }
+            }
+            if undo.is_empty() {
+                host.store.remove(&rec.pci)?;
+                Err(e)
+            } else {
+                Err(e.with_details(format!("rollback incomplete, DEL will retry: {}", vf::join(&undo))))
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Progress {
+    moved: bool,
+    ipam: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attach(
+    host: &mut Host,
+    pod: &mut Pod,
+    conf: &NetConf,
+    env: &CniEnv,
+    rec: &Attachment,
+    pf: &Pf,
+    plan: &[vf::VfSetting],
+    progress: &mut Progress,
+) -> CniResult<AttachResult> {
+    if let Some(orig) = &rec.vf_original {
+        vf::apply_all(&mut NetlinkPf(&mut host.route), pf, rec.vf_index, plan, orig)?;
+    }
+    let mut iface = Interface {
+        name: env.ifname.clone(),
+        mac: None,
+        mtu: None,
+        sandbox: env.netns.clone(),
+        pci_id: Some(rec.pci.to_string()),
+    };
+    let mut index = None;
+    if let Some(orig) = &rec.netdev {
+        host.route.move_link(orig.index, pod.ns.fd(), &env.ifname).ctx(|| {
+            format!("moving VF {} ({}) into {} as {}", rec.pci, orig.name, env.netns, env.ifname)
+        })?;
+        progress.moved = true;
+        let l = pod
+            .route
+            .link_by_name(&env.ifname)
+            .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
+            .ok_or_else(|| CniError::io(format!("VF {} vanished after the move into {}", rec.pci, env.netns)))?;
+        let mut attrs = Vec::new();
+        if let Some(mtu) = conf.mtu.filter(|m| *m != l.mtu) {
+            attrs.push(LinkAttribute::Mtu(mtu));
+        }
+        if let Some(mac) = conf.vf.mac.filter(|m| Some(*m) != l.mac) {
+            attrs.push(LinkAttribute::Address(mac.0.to_vec()));
+        }
+        pod.route.set_link(l.index, attrs, Some(true)).ctx(|| {
+            format!("setting MTU/MAC and bringing up {} in {}", env.ifname, env.netns)
+        })?;
+        iface.mac = conf.vf.mac.or(l.mac);
+        iface.mtu = Some(conf.mtu.unwrap_or(l.mtu));
+        index = Some(l.index);
+    }
+    progress.ipam = conf.ipam.is_some();
+    let mut result = ipam::add(conf, env)?;
+    if let Some(index) = index {
+        for ip in &result.ips {
+            pod.route
+                .add_address(index, ip.address)
+                .ctx(|| format!("adding address {} to {} in {}", ip.address, env.ifname, env.netns))?;
+        }
+        for r in &result.routes {
+            pod.route
+                .add_route(index, r.dst, r.gw, r.priority)
+                .ctx(|| format!("adding route {} to {} in {}", r.dst, env.ifname, env.netns))?;
+        }
+    }
+    result.interfaces = vec![iface];
+    if result.dns.is_none() {
+        result.dns = conf.dns.clone().filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
+    }
+    Ok(result)
+}
+
+/// Whether a link is the VF of this record: by the parent PCI address where the kernel reports one.
+fn is_ours(l: &Link, rec: &Attachment) -> bool {
+    l.parent.as_deref().is_none_or(|p| p == rec.pci.as_str())
+}
+
+/// Undoes an attachment: netdev back to the host, PF settings, host-side name/MAC/MTU/up. Keeps going past
+/// errors and returns them. `look_in_pod` is false when the netdev never left the host.
+pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, look_in_pod: bool) -> Vec<String> {
+    let mut errors = Vec::new();
+    let pod_alive = pod.is_some();
+    if let (Some(orig), Some(pod)) = (&rec.netdev, pod) {
+        if look_in_pod {
+            match pod.route.link_by_name(&rec.ifname) {
+                Ok(Some(l)) if is_ours(&l, rec) => {
+                    if let Err(e) = pod.route.move_link(l.index, host.ns.fd(), &orig.name) {
+                        errors.push(format!(
+                            "moving VF {} ({}) from {} back to the host as {}: {e}",
+                            rec.pci, rec.ifname, rec.netns, orig.name
+                        ));
+                    }
+                }
+                Ok(_) => crate::info!("VF {} is not in {} as {}", rec.pci, rec.netns, rec.ifname),
+                Err(e) => errors.push(format!("looking up {} in {}: {e}", rec.ifname, rec.netns)),
+            }
+        }
+    }
+    if let Some(orig) = &rec.vf_original {
+        let plan = vf::planned(&rec.vf_settings, orig);
+        let pf = Pf { name: rec.pf.clone(), index: 0 };
+        match host.route.link_by_name(&rec.pf) {
+            Ok(Some(l)) => {
+                let pf = Pf { index: l.index, ..pf };
+                errors.extend(vf::restore_all(&mut NetlinkPf(&mut host.route), &pf, rec.vf_index, &plan, orig));
+            }
+            Ok(None) => errors.push(format!("restoring VF {} settings: PF {} is gone", rec.pci, rec.pf)),
+            Err(e) => errors.push(format!("restoring VF {} settings: looking up PF {}: {e}", rec.pci, rec.pf)),
+        }
+    }
+    if let Some(orig) = &rec.netdev {
+        if let Err(e) = restore_host_netdev(host, rec, orig, !pod_alive) {
+            errors.push(e);
+        }
+    }
+    errors
+}
+
+/// Finds the VF's netdev on the host (by its original name, else by PCI address) and gives it back its
+/// name, MAC, MTU, up state and altnames. With the pod namespace gone, waits a bounded time for the kernel.
+fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: bool) -> Result<(), String> {
+    let deadline = Instant::now() + if wait { RETURN_WAIT } else { Duration::ZERO };
+    let found = loop {
+        let by_name = host.route.link_by_name(&orig.name).map_err(|e| format!("looking up {}: {e}", orig.name))?;
+        let mut found = by_name.filter(|l| is_ours(l, rec));
+        if found.is_none() {
+            for name in host.sysfs.netdevs(&rec.pci) {
+                let l = host.route.link_by_name(&name).map_err(|e| format!("looking up {name}: {e}"))?;
+                if let Some(l) = l.filter(|l| is_ours(l, rec)) {
+                    found = Some(l);
+                    break;
+                }
+            }
+        }
+        if found.is_some() || Instant::now() >= deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let Some(cur) = found else {
+        crate::warn!(
+            "VF {} ({}): its netdev is neither in {} nor on the host; nothing left to restore",
+            rec.pci,
+            orig.name,
+            rec.netns
+        );
+        return Ok(());
+    };
+    let mut attrs = Vec::new();
+    if cur.name != orig.name {
+        attrs.push(LinkAttribute::IfName(orig.name.clone()));
+    }
+    if let Some(mac) = orig.mac.filter(|m| Some(*m) != cur.mac) {
+        attrs.push(LinkAttribute::Address(mac.0.to_vec()));
+    }
+    if cur.mtu != orig.mtu {
+        attrs.push(LinkAttribute::Mtu(orig.mtu));
+    }
+    let up = (cur.up != orig.up).then_some(orig.up);
+    if !attrs.is_empty() || up.is_some() {
+        if cur.up && cur.name != orig.name {
+            // A running device cannot be renamed.
+            host.route.set_link(cur.index, vec![], Some(false)).map_err(|e| format!("bringing {} down: {e}", cur.name))?;
+        }
+        host.route.set_link(cur.index, attrs, up).map_err(|e| {
+            format!("restoring VF {} as {} (MAC {:?}, MTU {}): {e}", rec.pci, orig.name, orig.mac.map(|m| m.to_string()), orig.mtu)
+        })?;
+    }
+    for alt in orig.altnames.iter().filter(|a| !cur.altnames.contains(a)) {
+        host.route.add_altname(cur.index, alt).map_err(|e| format!("restoring altname {alt} of {}: {e}", orig.name))?;
+    }
+    crate::debug!("VF {} restored on the host as {}", rec.pci, orig.name);
+    Ok(())
+}
+
+pub fn del(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
+    let store = Store::open()?;
+    let Some(found) = store.find(&conf.name, &env.container_id, &env.ifname)? else {
+        crate::debug!("DEL {}/{}: no attachment recorded", env.container_id, env.ifname);
+        return ipam::exec(conf, env, "DEL", &Target::of_env(env)).map(drop);
+    };
+    let _lock = store.lock(&found.pci)?;
+    // Another DEL may have finished while this one waited.
+    let Some(rec) = store.load(&found.pci)?.filter(|r| *r == found) else { return Ok(()) };
+    let mut host = Host::open()?;
+    let netns = if env.netns.is_empty() { rec.netns.clone() } else { env.netns.clone() };
+    let errors = release(&mut host, conf, env, &rec, &netns, &Target::of_env(env));
+    finish(&host.store, &rec, errors)
+}
+
+/// Detach plus IPAM DEL, the part DEL and GC share.
+pub fn release(host: &mut Host, conf: &NetConf, env: &CniEnv, rec: &Attachment, netns: &str, target: &Target) -> Vec<String> {
+    let mut pod = match Pod::open(netns) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            crate::info!("DEL {}/{}: pod namespace {netns} is gone ({e}); restoring from the host", rec.container_id, rec.ifname);
+            None
+        }
+    };
+    let mut errors = detach(host, pod.as_mut(), rec, true);
+    if let Err(e) = ipam::exec(conf, env, "DEL", target) {
+        errors.push(e.to_string());
+    }
+    errors
+}
+
+/// Removes the record when everything was undone; otherwise keeps it for a retry and reports every error.
+pub fn finish(store: &Store, rec: &Attachment, errors: Vec<String>) -> CniResult<()> {
+    if errors.is_empty() {
+        store.remove(&rec.pci)?;
+        crate::info!("DEL {}/{}: VF {} restored", rec.container_id, rec.ifname, rec.pci);
+        Ok(())
+    } else {
+        Err(CniError::io(format!(
+            "releasing VF {} of {}/{} (record kept for a retry): {}",
+            rec.pci,
+            rec.container_id,
+            rec.ifname,
+            vf::join(&errors)
+        )))
+    }
+}

@@ -1,0 +1,89 @@
+//! IPAM delegation as the spec says: the plugin named by `ipam.type`, found on CNI_PATH, run with our
+//! environment (CNI_COMMAND replaced) and the whole configuration on stdin.
+
+use crate::cni::config::NetConf;
+use crate::cni::env::CniEnv;
+use crate::cni::error::{CniError, CniResult, Code};
+use crate::cni::result::AttachResult;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// The attachment IPAM works for (GC runs DEL for records, not for the invoking environment).
+pub struct Target<'a> {
+    pub container_id: &'a str,
+    pub ifname: &'a str,
+    pub netns: &'a str,
+}
+
+impl<'a> Target<'a> {
+    pub fn of_env(env: &'a CniEnv) -> Target<'a> {
+        Target { container_id: &env.container_id, ifname: &env.ifname, netns: &env.netns }
+    }
+}
+
+fn find(env: &CniEnv, kind: &str) -> CniResult<PathBuf> {
+    env.path.iter().map(|d| d.join(kind)).find(|p| p.is_file()).ok_or_else(|| {
+        CniError::config(format!(
+            "ipam.type {kind:?}: no such plugin in CNI_PATH ({})",
+            env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":")
+        ))
+    })
+}
+
+/// Runs the IPAM plugin; returns its stdout on success, its error (code kept) otherwise.
+pub fn exec(conf: &NetConf, env: &CniEnv, command: &str, target: &Target) -> CniResult<Vec<u8>> {
+    let Some(ipam) = &conf.ipam else { return Ok(Vec::new()) };
+    let plugin = find(env, &ipam.kind)?;
+    crate::debug!("IPAM {} {command} for {}/{}", ipam.kind, target.container_id, target.ifname);
+    let mut child = Command::new(&plugin)
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", target.container_id)
+        .env("CNI_IFNAME", target.ifname)
+        .env("CNI_NETNS", target.netns)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| CniError::io(format!("running IPAM plugin {}: {e}", plugin.display())))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(&conf.raw)
+            .map_err(|e| CniError::io(format!("writing the config to IPAM plugin {}: {e}", ipam.kind)))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| CniError::io(format!("waiting for IPAM plugin {}: {e}", ipam.kind)))?;
+    if out.status.success() {
+        return Ok(out.stdout);
+    }
+    let (code, msg) = match serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+        Ok(v) => (
+            v.get("code").and_then(|c| c.as_u64()).unwrap_or(5),
+            format!(
+                "{}{}",
+                v.get("msg").and_then(|m| m.as_str()).unwrap_or("failed"),
+                v.get("details").and_then(|m| m.as_str()).map(|d| format!(": {d}")).unwrap_or_default()
+            ),
+        ),
+        Err(_) => (5, format!("failed with {} and no error JSON", out.status)),
+    };
+    let code = match code {
+        1 => Code::IncompatibleVersion,
+        2 => Code::UnsupportedField,
+        3 => Code::ContainerUnknown,
+        4 => Code::InvalidEnv,
+        6 => Code::Decode,
+        7 => Code::InvalidConfig,
+        11 => Code::TryAgainLater,
+        _ => Code::Io,
+    };
+    Err(CniError::new(code, format!("IPAM plugin {} {command}: {msg}", ipam.kind)))
+}
+
+pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
+    if conf.ipam.is_none() {
+        return Ok(AttachResult::default());
+    }
+    AttachResult::from_ipam(&exec(conf, env, "ADD", &Target::of_env(env))?)
+}

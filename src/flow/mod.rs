@@ -1,0 +1,80 @@
+//! The attach/detach flow: what ADD, DEL, CHECK, GC and STATUS do with the protocol and kernel layers.
+
+pub mod attach;
+pub mod check;
+pub mod ipam;
+pub mod state;
+
+use crate::cni::config::{sniff_version, NetConf, Version, SUPPORTED_VERSIONS};
+use crate::cni::env::{self, Command};
+use crate::cni::error::{CniError, CniResult, Code};
+
+/// What one invocation prints and how it exits.
+pub struct Outcome {
+    pub stdout: String,
+    pub ok: bool,
+}
+
+fn ignore_termination() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // A half-done change is worse than a slow one.
+    for s in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: SIG_IGN installs no handler code.
+        let _ = unsafe { signal(s, SigHandler::SigIgn) };
+    }
+}
+
+fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Option<String>> {
+    let env = env::from_vars(get)?;
+    if env.command == Command::Version {
+        let v = sniff_version(stdin);
+        return Ok(Some(serde_json::json!({"cniVersion": v, "supportedVersions": SUPPORTED_VERSIONS}).to_string()));
+    }
+    let conf = NetConf::parse(stdin, &env.args)?;
+    crate::log::init(conf.log_level, conf.log_file.as_deref());
+    let need = |min: Version, what: &str| -> CniResult<()> {
+        if conf.version < min {
+            return Err(CniError::new(
+                Code::IncompatibleVersion,
+                format!("{what} needs cniVersion {} or later, the configuration says {}", min.as_str(), conf.version.as_str()),
+            ));
+        }
+        Ok(())
+    };
+    match env.command {
+        Command::Add => {
+            ignore_termination();
+            let r = attach::add(&conf, &env)?;
+            Ok(Some(r.to_json(conf.version).to_string()))
+        }
+        Command::Del => {
+            ignore_termination();
+            attach::del(&conf, &env).map(|_| None)
+        }
+        Command::Check => {
+            need(Version::V0_4_0, "CHECK")?;
+            check::check(&conf, &env).map(|_| None)
+        }
+        Command::Gc => {
+            need(Version::V1_1_0, "GC")?;
+            ignore_termination();
+            check::gc(&conf, &env).map(|_| None)
+        }
+        Command::Status => {
+            need(Version::V1_1_0, "STATUS")?;
+            check::status(&conf, &env).map(|_| None)
+        }
+        Command::Version => Ok(None),
+    }
+}
+
+/// Runs one CNI invocation: `stdin` is the configuration, `get` reads the environment.
+pub fn run(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> Outcome {
+    match dispatch(stdin, get) {
+        Ok(out) => Outcome { stdout: out.unwrap_or_default(), ok: true },
+        Err(e) => {
+            crate::error!("{e}");
+            Outcome { stdout: e.to_json(&sniff_version(stdin)), ok: false }
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The kernel: netlink (route), network namespaces, sysfs, PF-side VF settings.
+
+pub mod link;
+pub mod netlink;
+pub mod netns;
+pub mod sysfs;
+pub mod vf;

@@ -1,0 +1,382 @@
+//! PF-side settings of a VF: read from the PF's VF table, applied one by one, undone in reverse.
+//!
+//! Everything goes through [`PfControl`], so the apply/rollback logic is tested here with a recording fake
+//! and for real against the emulated SR-IOV NIC (a veth PF answers EOPNOTSUPP).
+
+use super::link::RouteSocket;
+use crate::cni::config::{LinkState, VfSettings, VlanProto};
+use crate::cni::error::CniError;
+use crate::cni::types::Mac;
+use netlink_packet_route::link::{
+    LinkAttribute, LinkVfInfo, VfInfo, VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck, VfInfoTrust,
+    VfInfoVlan, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
+};
+use std::io;
+
+/// A VF's settings as its PF reports them. `None` where the driver does not report a value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VfState {
+    pub mac: Option<Mac>,
+    pub vlan: u16,
+    pub qos: u8,
+    pub vlan_proto: Option<VlanProto>,
+    pub spoofchk: Option<bool>,
+    pub trust: Option<bool>,
+    pub link_state: Option<LinkState>,
+    pub min_tx_rate: u32,
+    pub max_tx_rate: u32,
+}
+
+/// One change on the PF, in the unit the kernel applies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VfSetting {
+    Mac(Mac),
+    Vlan { vlan: u16, qos: u8, proto: VlanProto },
+    SpoofChk(bool),
+    Trust(bool),
+    LinkState(LinkState),
+    Rate { min: u32, max: u32 },
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+impl std::fmt::Display for VfSetting {
+    /// In the words of the configuration keys, so an error names the key the user wrote.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VfSetting::Mac(m) => write!(f, "mac {m}"),
+            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Ad } => {
+                write!(f, "vlanProto 802.1ad (vlan {vlan}, vlanQoS {qos})")
+            }
+            VfSetting::Vlan { vlan, qos, .. } => write!(f, "vlan {vlan} (vlanQoS {qos})"),
+            VfSetting::SpoofChk(b) => write!(f, "spoofchk {}", on_off(*b)),
+            VfSetting::Trust(b) => write!(f, "trust {}", on_off(*b)),
+            VfSetting::LinkState(s) => write!(f, "link_state {}", format!("{s:?}").to_lowercase()),
+            VfSetting::Rate { min, max } => write!(f, "min_tx_rate {min} / max_tx_rate {max}"),
+        }
+    }
+}
+
+impl VfSetting {
+    /// The kernel attributes for VF `vf`.
+    pub fn to_vf_info(&self, vf: u32) -> Vec<VfInfo> {
+        vec![match self {
+            VfSetting::Mac(m) => VfInfo::Mac(VfInfoMac::new(vf, &m.0)),
+            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Q } => {
+                VfInfo::Vlan(VfInfoVlan::new(vf, *vlan as u32, *qos as u32))
+            }
+            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Ad } => VfInfo::VlanList(vec![VfVlan::Info(
+                VfVlanInfo::new(vf, *vlan as u32, *qos as u32, VlanProtocol::Ieee8021Ad),
+            )]),
+            VfSetting::SpoofChk(b) => VfInfo::SpoofCheck(VfInfoSpoofCheck::new(vf, *b)),
+            VfSetting::Trust(b) => VfInfo::Trust(VfInfoTrust::new(vf, *b)),
+            VfSetting::LinkState(s) => VfInfo::LinkState(VfInfoLinkState::new(
+                vf,
+                match s {
+                    LinkState::Auto => VfLinkState::Auto,
+                    LinkState::Enable => VfLinkState::Enable,
+                    LinkState::Disable => VfLinkState::Disable,
+                },
+            )),
+            VfSetting::Rate { min, max } => VfInfo::Rate(VfInfoRate::new(vf, *min, *max)),
+        }]
+    }
+
+    /// The same kind of setting with the VF's original values.
+    pub fn original(&self, orig: &VfState) -> Option<VfSetting> {
+        Some(match self {
+            VfSetting::Mac(_) => VfSetting::Mac(orig.mac.unwrap_or(Mac([0; 6]))),
+            VfSetting::Vlan { .. } => VfSetting::Vlan {
+                vlan: orig.vlan,
+                qos: orig.qos,
+                proto: orig.vlan_proto.unwrap_or(VlanProto::Dot1Q),
+            },
+            VfSetting::SpoofChk(_) => VfSetting::SpoofChk(orig.spoofchk?),
+            VfSetting::Trust(_) => VfSetting::Trust(orig.trust?),
+            VfSetting::LinkState(_) => VfSetting::LinkState(orig.link_state?),
+            VfSetting::Rate { .. } => VfSetting::Rate { min: orig.min_tx_rate, max: orig.max_tx_rate },
+        })
+    }
+}
+
+/// The configured settings as changes, in the order they are applied.
+pub fn planned(cfg: &VfSettings, orig: &VfState) -> Vec<VfSetting> {
+    let mut out = Vec::new();
+    if let Some(m) = cfg.mac {
+        out.push(VfSetting::Mac(m));
+    }
+    if let Some(vlan) = cfg.vlan {
+        out.push(VfSetting::Vlan {
+            vlan,
+            qos: cfg.vlan_qos.unwrap_or(0),
+            proto: cfg.vlan_proto.unwrap_or(VlanProto::Dot1Q),
+        });
+    }
+    if let Some(b) = cfg.spoofchk {
+        out.push(VfSetting::SpoofChk(b));
+    }
+    if let Some(b) = cfg.trust {
+        out.push(VfSetting::Trust(b));
+    }
+    if let Some(s) = cfg.link_state {
+        out.push(VfSetting::LinkState(s));
+    }
+    if cfg.min_tx_rate.is_some() || cfg.max_tx_rate.is_some() {
+        out.push(VfSetting::Rate {
+            min: cfg.min_tx_rate.unwrap_or(orig.min_tx_rate),
+            max: cfg.max_tx_rate.unwrap_or(orig.max_tx_rate),
+        });
+    }
+    out
+}
+
+/// The PF a VF belongs to, as netlink addresses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pf {
+    pub name: String,
+    pub index: u32,
+}
+
+pub trait PfControl {
+    /// The VF's current settings; `None` when the PF reports no VF table (not an SR-IOV PF).
+    fn vf_state(&mut self, pf: &Pf, vf: u32) -> io::Result<Option<VfState>>;
+    fn apply(&mut self, pf: &Pf, vf: u32, s: &VfSetting) -> io::Result<()>;
+}
+
+/// Applies `plan` in order. On a failure, undoes what was applied, in reverse, and names the setting.
+pub fn apply_all(
+    ctl: &mut dyn PfControl,
+    pf: &Pf,
+    vf: u32,
+    plan: &[VfSetting],
+    orig: &VfState,
+) -> Result<(), CniError> {
+    for (i, s) in plan.iter().enumerate() {
+        if let Err(e) = ctl.apply(pf, vf, s) {
+            let mut err = CniError::io(format!("setting {s} on VF {vf} of PF {}: {e}", pf.name));
+            let undo = restore_all(ctl, pf, vf, &plan[..i], orig);
+            if !undo.is_empty() {
+                err = err.with_details(format!("and undoing the settings before it: {}", join(&undo)));
+            }
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Puts back the original value of every setting in `plan`, in reverse; keeps going and returns the errors.
+pub fn restore_all(ctl: &mut dyn PfControl, pf: &Pf, vf: u32, plan: &[VfSetting], orig: &VfState) -> Vec<String> {
+    let mut errors = Vec::new();
+    for s in plan.iter().rev() {
+        let Some(back) = s.original(orig) else { continue };
+        if let Err(e) = ctl.apply(pf, vf, &back) {
+            errors.push(format!("restoring {back} on VF {vf} of PF {}: {e}", pf.name));
+        }
+    }
+    errors
+}
+
+pub fn join(errors: &[String]) -> String {
+    errors.join("; ")
+}
+
+/// Reads a VF's entry out of the PF's VF table.
+pub fn state_from_table(table: &[Vec<VfInfo>], vf: u32) -> Option<VfState> {
+    let entry = table.iter().find(|infos| {
+        infos.iter().any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf))
+    })?;
+    let mut st = VfState::default();
+    for i in entry {
+        match i {
+            VfInfo::Mac(m) => st.mac = Mac::from_slice(&m.mac),
+            VfInfo::Vlan(v) => {
+                st.vlan = v.vlan_id as u16;
+                st.qos = v.qos as u8;
+            }
+            VfInfo::VlanList(list) => {
+                if let Some(VfVlan::Info(v)) = list.first() {
+                    st.vlan_proto = Some(match v.protocol {
+                        VlanProtocol::Ieee8021Ad => VlanProto::Dot1Ad,
+                        _ => VlanProto::Dot1Q,
+                    });
+                }
+            }
+            // The kernel reports -1 (as u32 … but as a bool here) when a driver has no spoofchk/trust.
+            VfInfo::SpoofCheck(s) => st.spoofchk = Some(s.enabled),
+            VfInfo::Trust(t) => st.trust = Some(t.enabled),
+            VfInfo::LinkState(l) => {
+                st.link_state = match l.state {
+                    VfLinkState::Auto => Some(LinkState::Auto),
+                    VfLinkState::Enable => Some(LinkState::Enable),
+                    VfLinkState::Disable => Some(LinkState::Disable),
+                    _ => None,
+                }
+            }
+            VfInfo::Rate(r) => {
+                st.min_tx_rate = r.min_tx_rate;
+                st.max_tx_rate = r.max_tx_rate;
+            }
+            _ => {}
+        }
+    }
+    Some(st)
+}
+
+/// The real thing: RTM_GETLINK/RTM_SETLINK on the PF over a route socket in the host namespace.
+pub struct NetlinkPf<'a>(pub &'a mut RouteSocket);
+
+impl PfControl for NetlinkPf<'_> {
+    fn vf_state(&mut self, pf: &Pf, vf: u32) -> io::Result<Option<VfState>> {
+        Ok(state_from_table(&self.0.vf_table(pf.index)?, vf))
+    }
+
+    fn apply(&mut self, pf: &Pf, vf: u32, s: &VfSetting) -> io::Result<()> {
+        let attr = LinkAttribute::VfInfoList(vec![LinkVfInfo(s.to_vf_info(vf))]);
+        self.0.set_link(pf.index, vec![attr], None)
+    }
+}
+
+#[cfg(test)]
+pub mod fake {
+    use super::*;
+
+    /// Records every change and refuses the ones `refuse` matches, like a NIC that lacks a feature.
+    #[derive(Default)]
+    pub struct RecordingPf {
+        pub state: VfState,
+        pub log: Vec<VfSetting>,
+        pub refuse: Option<fn(&VfSetting) -> bool>,
+    }
+
+    impl PfControl for RecordingPf {
+        fn vf_state(&mut self, _pf: &Pf, _vf: u32) -> io::Result<Option<VfState>> {
+            Ok(Some(self.state.clone()))
+        }
+
+        fn apply(&mut self, _pf: &Pf, _vf: u32, s: &VfSetting) -> io::Result<()> {
+            if self.refuse.is_some_and(|f| f(s)) {
+                return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+            }
+            self.log.push(s.clone());
+            match s {
+                VfSetting::Mac(m) => self.state.mac = Some(*m),
+                VfSetting::Vlan { vlan, qos, proto } => {
+                    self.state.vlan = *vlan;
+                    self.state.qos = *qos;
+                    self.state.vlan_proto = Some(*proto);
+                }
+                VfSetting::SpoofChk(b) => self.state.spoofchk = Some(*b),
+                VfSetting::Trust(b) => self.state.trust = Some(*b),
+                VfSetting::LinkState(l) => self.state.link_state = Some(*l),
+                VfSetting::Rate { min, max } => {
+                    self.state.min_tx_rate = *min;
+                    self.state.max_tx_rate = *max;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::RecordingPf;
+    use super::*;
+
+    fn pf() -> Pf {
+        Pf { name: "ens1f0".into(), index: 4 }
+    }
+
+    fn orig() -> VfState {
+        VfState {
+            mac: Some(Mac([0; 6])),
+            vlan: 0,
+            qos: 0,
+            vlan_proto: Some(VlanProto::Dot1Q),
+            spoofchk: Some(false),
+            trust: Some(false),
+            link_state: Some(LinkState::Auto),
+            min_tx_rate: 0,
+            max_tx_rate: 0,
+        }
+    }
+
+    fn cfg() -> VfSettings {
+        VfSettings {
+            mac: Some("02:00:00:00:00:01".parse().unwrap()),
+            vlan: Some(100),
+            vlan_qos: Some(3),
+            vlan_proto: None,
+            spoofchk: Some(true),
+            trust: Some(true),
+            link_state: Some(LinkState::Enable),
+            min_tx_rate: None,
+            max_tx_rate: Some(500),
+        }
+    }
+
+    #[test]
+    fn applies_in_order_and_restores_exactly() {
+        let mut ctl = RecordingPf { state: orig(), ..Default::default() };
+        let plan = planned(&cfg(), &orig());
+        apply_all(&mut ctl, &pf(), 1, &plan, &orig()).unwrap();
+        assert_eq!(ctl.log, plan);
+        assert_eq!(ctl.state.vlan, 100);
+        assert_eq!(ctl.state.max_tx_rate, 500);
+        assert!(restore_all(&mut ctl, &pf(), 1, &plan, &orig()).is_empty());
+        assert_eq!(ctl.state, orig());
+    }
+
+    #[test]
+    fn a_refused_setting_is_named_and_the_ones_before_it_undone() {
+        let mut ctl = RecordingPf {
+            state: orig(),
+            refuse: Some(|s| matches!(s, VfSetting::LinkState(LinkState::Enable))),
+            ..Default::default()
+        };
+        let plan = planned(&cfg(), &orig());
+        let err = apply_all(&mut ctl, &pf(), 1, &plan, &orig()).unwrap_err();
+        assert!(err.msg.contains("link_state enable"), "{}", err.msg);
+        assert!(err.msg.contains("VF 1 of PF ens1f0"), "{}", err.msg);
+        assert_eq!(ctl.state, orig(), "everything applied before the refusal is undone");
+        // mac, vlan, spoofchk, trust applied; then trust, spoofchk, vlan, mac restored.
+        assert_eq!(ctl.log.len(), 8);
+        assert_eq!(ctl.log[4], VfSetting::Trust(false));
+        assert_eq!(ctl.log[7], VfSetting::Mac(Mac([0; 6])));
+    }
+
+    #[test]
+    fn settings_render_as_config_keys() {
+        let plan = planned(&VfSettings { vlan: Some(5), vlan_proto: Some(VlanProto::Dot1Ad), ..Default::default() }, &orig());
+        assert_eq!(plan[0].to_string(), "vlanProto 802.1ad (vlan 5, vlanQoS 0)");
+        assert!(matches!(plan[0].to_vf_info(2)[0], VfInfo::VlanList(_)));
+        let plan = planned(&VfSettings { min_tx_rate: Some(10), ..Default::default() }, &VfState { max_tx_rate: 90, ..orig() });
+        assert_eq!(plan, vec![VfSetting::Rate { min: 10, max: 90 }]);
+    }
+
+    #[test]
+    fn vf_state_is_read_from_the_table() {
+        let table = vec![
+            VfSetting::Mac(Mac([2, 0, 0, 0, 0, 9])).to_vf_info(0),
+            [
+                VfSetting::Mac(Mac([2, 0, 0, 0, 0, 1])).to_vf_info(1),
+                VfSetting::Vlan { vlan: 7, qos: 2, proto: VlanProto::Dot1Q }.to_vf_info(1),
+                VfSetting::Trust(true).to_vf_info(1),
+                VfSetting::Rate { min: 1, max: 2 }.to_vf_info(1),
+            ]
+            .concat(),
+        ];
+        let st = state_from_table(&table, 1).unwrap();
+        assert_eq!(st.mac, Some(Mac([2, 0, 0, 0, 0, 1])));
+        assert_eq!((st.vlan, st.qos), (7, 2));
+        assert_eq!(st.trust, Some(true));
+        assert_eq!((st.min_tx_rate, st.max_tx_rate), (1, 2));
+        assert!(state_from_table(&table, 5).is_none());
+    }
+}

@@ -1,0 +1,9 @@
+//! sriov-rdma: a CNI plugin that gives a pod an SR-IOV VF and restores it exactly.
+//!
+//! Three layers: [`cni`] (the protocol), [`kernel`] (netlink, netns, sysfs) and [`flow`] (ADD/DEL/CHECK/GC/STATUS).
+
+pub mod log;
+
+pub mod cni;
+pub mod flow;
+pub mod kernel;
