@@ -35,7 +35,8 @@ impl Host {
             sysfs: Sysfs::from_env(),
             store: Store::open()?,
             ns: Netns::current().ctx(|| "opening the host network namespace".to_string())?,
-            route: RouteSocket::new().ctx(|| "opening a netlink socket in the host namespace".to_string())?,
+            route: RouteSocket::new()
+                .ctx(|| "opening a netlink socket in the host namespace".to_string())?,
         })
     }
 
@@ -44,8 +45,16 @@ impl Host {
             .route
             .link_by_name(&vf.pf)
             .ctx(|| format!("looking up PF {}", vf.pf))?
-            .ok_or_else(|| CniError::io(format!("PF {} of VF {} is not in the host namespace", vf.pf, vf.pci)))?;
-        Ok(Pf { name: vf.pf.clone(), index: link.index })
+            .ok_or_else(|| {
+                CniError::io(format!(
+                    "PF {} of VF {} is not in the host namespace",
+                    vf.pf, vf.pci
+                ))
+            })?;
+        Ok(Pf {
+            name: vf.pf.clone(),
+            index: link.index,
+        })
     }
 }
 
@@ -86,15 +95,25 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
         }
         Some(VfSource::Pf(pf)) => {
             let pf_pci = host.sysfs.pf_pci(pf)?;
-            let vfs = host.sysfs.vfs_of(&pf_pci).ctx(|| format!("listing the VFs of pfName {pf}"))?;
+            let vfs = host
+                .sysfs
+                .vfs_of(&pf_pci)
+                .ctx(|| format!("listing the VFs of pfName {pf}"))?;
             for (_, pci) in &vfs {
-                let Some(lock) = host.store.try_lock(pci)? else { continue };
+                let Some(lock) = host.store.try_lock(pci)? else {
+                    continue;
+                };
                 if host.store.load(pci)?.is_some() {
                     continue;
                 }
                 let Ok(vf) = host.sysfs.vf(pci) else { continue };
                 let Some(netdev) = &vf.netdev else { continue };
-                if host.route.link_by_name(netdev).ctx(|| format!("looking up {netdev}"))?.is_some() {
+                if host
+                    .route
+                    .link_by_name(netdev)
+                    .ctx(|| format!("looking up {netdev}"))?
+                    .is_some()
+                {
                     return Ok((vf, lock));
                 }
             }
@@ -109,7 +128,10 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
 pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
     let mut host = Host::open()?;
     let mut pod = Pod::open(&env.netns).ctx(|| format!("opening CNI_NETNS {}", env.netns))?;
-    if let Some(a) = host.store.find(&conf.name, &env.container_id, &env.ifname)? {
+    if let Some(a) = host
+        .store
+        .find(&conf.name, &env.container_id, &env.ifname)?
+    {
         return Err(attached_err(&a));
     }
     let (vf, _lock) = select_vf(&mut host, conf)?;
@@ -117,7 +139,10 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
     let vf_original = NetlinkPf(&mut host.route)
         .vf_state(&pf, vf.index)
         .ctx(|| format!("reading the VF table of PF {}", pf.name))?;
-    let plan = vf::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
+    let plan = vf::planned(
+        &conf.vf,
+        vf_original.as_ref().unwrap_or(&VfState::default()),
+    );
     if vf_original.is_none() {
         if let Some(s) = plan.first() {
             return Err(CniError::io(format!(
@@ -140,9 +165,22 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
             .route
             .link_by_name(name)
             .ctx(|| format!("looking up VF {} ({name})", vf.pci))?
-            .ok_or_else(|| CniError::io(format!("VF {} netdev {name} is not in the host namespace", vf.pci)))?;
-        if pod.route.link_by_name(&env.ifname).ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?.is_some() {
-            return Err(CniError::io(format!("CNI_IFNAME {} is already taken in {}", env.ifname, env.netns)));
+            .ok_or_else(|| {
+                CniError::io(format!(
+                    "VF {} netdev {name} is not in the host namespace",
+                    vf.pci
+                ))
+            })?;
+        if pod
+            .route
+            .link_by_name(&env.ifname)
+            .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
+            .is_some()
+        {
+            return Err(CniError::io(format!(
+                "CNI_IFNAME {} is already taken in {}",
+                env.ifname, env.netns
+            )));
         }
         Some(link)
     };
@@ -163,17 +201,38 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
         complete: false,
     };
     host.store.save(&rec)?;
-    crate::info!("ADD {}/{}: VF {} (PF {} VF {}) into {}", rec.container_id, rec.ifname, rec.pci, pf.name, vf.index, env.netns);
+    crate::info!(
+        "ADD {}/{}: VF {} (PF {} VF {}) into {}",
+        rec.container_id,
+        rec.ifname,
+        rec.pci,
+        pf.name,
+        vf.index,
+        env.netns
+    );
 
     let mut progress = Progress::default();
-    match attach(&mut host, &mut pod, conf, env, &rec, &pf, &plan, &mut progress) {
+    match attach(
+        &mut host,
+        &mut pod,
+        conf,
+        env,
+        &rec,
+        &pf,
+        &plan,
+        &mut progress,
+    ) {
         Ok(result) => {
             rec.complete = true;
             host.store.save(&rec)?;
             Ok(result)
         }
         Err(e) => {
-            crate::warn!("ADD {}/{} failed, rolling back: {e}", rec.container_id, rec.ifname);
+            crate::warn!(
+                "ADD {}/{} failed, rolling back: {e}",
+                rec.container_id,
+                rec.ifname
+            );
             let mut undo = detach(&mut host, Some(&mut pod), &rec, progress.moved);
             if progress.ipam {
                 if let Err(e) = ipam::exec(conf, env, "DEL", &Target::of_env(env)) {
@@ -184,7 +243,10 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
                 host.store.remove(&rec.pci)?;
                 Err(e)
             } else {
-                Err(e.with_details(format!("rollback incomplete, DEL will retry: {}", vf::join(&undo))))
+                Err(e.with_details(format!(
+                    "rollback incomplete, DEL will retry: {}",
+                    vf::join(&undo)
+                )))
             }
         }
     }
@@ -208,7 +270,13 @@ fn attach(
     progress: &mut Progress,
 ) -> CniResult<AttachResult> {
     if let Some(orig) = &rec.vf_original {
-        vf::apply_all(&mut NetlinkPf(&mut host.route), pf, rec.vf_index, plan, orig)?;
+        vf::apply_all(
+            &mut NetlinkPf(&mut host.route),
+            pf,
+            rec.vf_index,
+            plan,
+            orig,
+        )?;
     }
     let mut iface = Interface {
         name: env.ifname.clone(),
@@ -219,15 +287,25 @@ fn attach(
     };
     let mut index = None;
     if let Some(orig) = &rec.netdev {
-        host.route.move_link(orig.index, pod.ns.fd(), &env.ifname).ctx(|| {
-            format!("moving VF {} ({}) into {} as {}", rec.pci, orig.name, env.netns, env.ifname)
-        })?;
+        host.route
+            .move_link(orig.index, pod.ns.fd(), &env.ifname)
+            .ctx(|| {
+                format!(
+                    "moving VF {} ({}) into {} as {}",
+                    rec.pci, orig.name, env.netns, env.ifname
+                )
+            })?;
         progress.moved = true;
         let l = pod
             .route
             .link_by_name(&env.ifname)
             .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
-            .ok_or_else(|| CniError::io(format!("VF {} vanished after the move into {}", rec.pci, env.netns)))?;
+            .ok_or_else(|| {
+                CniError::io(format!(
+                    "VF {} vanished after the move into {}",
+                    rec.pci, env.netns
+                ))
+            })?;
         let mut attrs = Vec::new();
         if let Some(mtu) = conf.mtu.filter(|m| *m != l.mtu) {
             attrs.push(LinkAttribute::Mtu(mtu));
@@ -236,7 +314,10 @@ fn attach(
             attrs.push(LinkAttribute::Address(mac.0.to_vec()));
         }
         pod.route.set_link(l.index, attrs, Some(true)).ctx(|| {
-            format!("setting MTU/MAC and bringing up {} in {}", env.ifname, env.netns)
+            format!(
+                "setting MTU/MAC and bringing up {} in {}",
+                env.ifname, env.netns
+            )
         })?;
         iface.mac = conf.vf.mac.or(l.mac);
         iface.mtu = Some(conf.mtu.unwrap_or(l.mtu));
@@ -246,9 +327,12 @@ fn attach(
     let mut result = ipam::add(conf, env)?;
     if let Some(index) = index {
         for ip in &result.ips {
-            pod.route
-                .add_address(index, ip.address)
-                .ctx(|| format!("adding address {} to {} in {}", ip.address, env.ifname, env.netns))?;
+            pod.route.add_address(index, ip.address).ctx(|| {
+                format!(
+                    "adding address {} to {} in {}",
+                    ip.address, env.ifname, env.netns
+                )
+            })?;
         }
         for r in &result.routes {
             pod.route
@@ -258,7 +342,10 @@ fn attach(
     }
     result.interfaces = vec![iface];
     if result.dns.is_none() {
-        result.dns = conf.dns.clone().filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
+        result.dns = conf
+            .dns
+            .clone()
+            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
     }
     Ok(result)
 }
@@ -270,7 +357,12 @@ fn is_ours(l: &Link, rec: &Attachment) -> bool {
 
 /// Undoes an attachment: netdev back to the host, PF settings, host-side name/MAC/MTU/up. Keeps going past
 /// errors and returns them. `look_in_pod` is false when the netdev never left the host.
-pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, look_in_pod: bool) -> Vec<String> {
+pub fn detach(
+    host: &mut Host,
+    pod: Option<&mut Pod>,
+    rec: &Attachment,
+    look_in_pod: bool,
+) -> Vec<String> {
     let mut errors = Vec::new();
     let pod_alive = pod.is_some();
     if let (Some(orig), Some(pod)) = (&rec.netdev, pod) {
@@ -291,14 +383,32 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, look_in_
     }
     if let Some(orig) = &rec.vf_original {
         let plan = vf::planned(&rec.vf_settings, orig);
-        let pf = Pf { name: rec.pf.clone(), index: 0 };
+        let pf = Pf {
+            name: rec.pf.clone(),
+            index: 0,
+        };
         match host.route.link_by_name(&rec.pf) {
             Ok(Some(l)) => {
-                let pf = Pf { index: l.index, ..pf };
-                errors.extend(vf::restore_all(&mut NetlinkPf(&mut host.route), &pf, rec.vf_index, &plan, orig));
+                let pf = Pf {
+                    index: l.index,
+                    ..pf
+                };
+                errors.extend(vf::restore_all(
+                    &mut NetlinkPf(&mut host.route),
+                    &pf,
+                    rec.vf_index,
+                    &plan,
+                    orig,
+                ));
             }
-            Ok(None) => errors.push(format!("restoring VF {} settings: PF {} is gone", rec.pci, rec.pf)),
-            Err(e) => errors.push(format!("restoring VF {} settings: looking up PF {}: {e}", rec.pci, rec.pf)),
+            Ok(None) => errors.push(format!(
+                "restoring VF {} settings: PF {} is gone",
+                rec.pci, rec.pf
+            )),
+            Err(e) => errors.push(format!(
+                "restoring VF {} settings: looking up PF {}: {e}",
+                rec.pci, rec.pf
+            )),
         }
     }
     if let Some(orig) = &rec.netdev {
@@ -311,14 +421,25 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, look_in_
 
 /// Finds the VF's netdev on the host (by its original name, else by PCI address) and gives it back its
 /// name, MAC, MTU, up state and altnames. With the pod namespace gone, waits a bounded time for the kernel.
-fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: bool) -> Result<(), String> {
+fn restore_host_netdev(
+    host: &mut Host,
+    rec: &Attachment,
+    orig: &Link,
+    wait: bool,
+) -> Result<(), String> {
     let deadline = Instant::now() + if wait { RETURN_WAIT } else { Duration::ZERO };
     let found = loop {
-        let by_name = host.route.link_by_name(&orig.name).map_err(|e| format!("looking up {}: {e}", orig.name))?;
+        let by_name = host
+            .route
+            .link_by_name(&orig.name)
+            .map_err(|e| format!("looking up {}: {e}", orig.name))?;
         let mut found = by_name.filter(|l| is_ours(l, rec));
         if found.is_none() {
             for name in host.sysfs.netdevs(&rec.pci) {
-                let l = host.route.link_by_name(&name).map_err(|e| format!("looking up {name}: {e}"))?;
+                let l = host
+                    .route
+                    .link_by_name(&name)
+                    .map_err(|e| format!("looking up {name}: {e}"))?;
                 if let Some(l) = l.filter(|l| is_ours(l, rec)) {
                     found = Some(l);
                     break;
@@ -353,14 +474,24 @@ fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: boo
     if !attrs.is_empty() || up.is_some() {
         if cur.up && cur.name != orig.name {
             // A running device cannot be renamed.
-            host.route.set_link(cur.index, vec![], Some(false)).map_err(|e| format!("bringing {} down: {e}", cur.name))?;
+            host.route
+                .set_link(cur.index, vec![], Some(false))
+                .map_err(|e| format!("bringing {} down: {e}", cur.name))?;
         }
         host.route.set_link(cur.index, attrs, up).map_err(|e| {
-            format!("restoring VF {} as {} (MAC {:?}, MTU {}): {e}", rec.pci, orig.name, orig.mac.map(|m| m.to_string()), orig.mtu)
+            format!(
+                "restoring VF {} as {} (MAC {:?}, MTU {}): {e}",
+                rec.pci,
+                orig.name,
+                orig.mac.map(|m| m.to_string()),
+                orig.mtu
+            )
         })?;
     }
     for alt in orig.altnames.iter().filter(|a| !cur.altnames.contains(a)) {
-        host.route.add_altname(cur.index, alt).map_err(|e| format!("restoring altname {alt} of {}: {e}", orig.name))?;
+        host.route
+            .add_altname(cur.index, alt)
+            .map_err(|e| format!("restoring altname {alt} of {}: {e}", orig.name))?;
     }
     crate::debug!("VF {} restored on the host as {}", rec.pci, orig.name);
     Ok(())
@@ -369,24 +500,45 @@ fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: boo
 pub fn del(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let store = Store::open()?;
     let Some(found) = store.find(&conf.name, &env.container_id, &env.ifname)? else {
-        crate::debug!("DEL {}/{}: no attachment recorded", env.container_id, env.ifname);
+        crate::debug!(
+            "DEL {}/{}: no attachment recorded",
+            env.container_id,
+            env.ifname
+        );
         return ipam::exec(conf, env, "DEL", &Target::of_env(env)).map(drop);
     };
     let _lock = store.lock(&found.pci)?;
     // Another DEL may have finished while this one waited.
-    let Some(rec) = store.load(&found.pci)?.filter(|r| *r == found) else { return Ok(()) };
+    let Some(rec) = store.load(&found.pci)?.filter(|r| *r == found) else {
+        return Ok(());
+    };
     let mut host = Host::open()?;
-    let netns = if env.netns.is_empty() { rec.netns.clone() } else { env.netns.clone() };
+    let netns = if env.netns.is_empty() {
+        rec.netns.clone()
+    } else {
+        env.netns.clone()
+    };
     let errors = release(&mut host, conf, env, &rec, &netns, &Target::of_env(env));
     finish(&host.store, &rec, errors)
 }
 
 /// Detach plus IPAM DEL, the part DEL and GC share.
-pub fn release(host: &mut Host, conf: &NetConf, env: &CniEnv, rec: &Attachment, netns: &str, target: &Target) -> Vec<String> {
+pub fn release(
+    host: &mut Host,
+    conf: &NetConf,
+    env: &CniEnv,
+    rec: &Attachment,
+    netns: &str,
+    target: &Target,
+) -> Vec<String> {
     let mut pod = match Pod::open(netns) {
         Ok(p) => Some(p),
         Err(e) => {
-            crate::info!("DEL {}/{}: pod namespace {netns} is gone ({e}); restoring from the host", rec.container_id, rec.ifname);
+            crate::info!(
+                "DEL {}/{}: pod namespace {netns} is gone ({e}); restoring from the host",
+                rec.container_id,
+                rec.ifname
+            );
             None
         }
     };
@@ -401,7 +553,12 @@ pub fn release(host: &mut Host, conf: &NetConf, env: &CniEnv, rec: &Attachment, 
 pub fn finish(store: &Store, rec: &Attachment, errors: Vec<String>) -> CniResult<()> {
     if errors.is_empty() {
         store.remove(&rec.pci)?;
-        crate::info!("DEL {}/{}: VF {} restored", rec.container_id, rec.ifname, rec.pci);
+        crate::info!(
+            "DEL {}/{}: VF {} restored",
+            rec.container_id,
+            rec.ifname,
+            rec.pci
+        );
         Ok(())
     } else {
         Err(CniError::io(format!(

@@ -1,12 +1,12 @@
 //! IPAM delegation as the spec says: the plugin named by `ipam.type`, found on CNI_PATH, run with our
 //! environment (CNI_COMMAND replaced) and the whole configuration on stdin.
 
-use crate::cni::config::NetConf;
+use crate::cni::config::{NetConf, SUPPORTED_VERSIONS};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code};
 use crate::cni::result::AttachResult;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The attachment IPAM works for (GC runs DEL for records, not for the invoking environment).
@@ -18,25 +18,95 @@ pub struct Target<'a> {
 
 impl<'a> Target<'a> {
     pub fn of_env(env: &'a CniEnv) -> Target<'a> {
-        Target { container_id: &env.container_id, ifname: &env.ifname, netns: &env.netns }
+        Target {
+            container_id: &env.container_id,
+            ifname: &env.ifname,
+            netns: &env.netns,
+        }
     }
 }
 
 fn find(env: &CniEnv, kind: &str) -> CniResult<PathBuf> {
-    env.path.iter().map(|d| d.join(kind)).find(|p| p.is_file()).ok_or_else(|| {
-        CniError::config(format!(
-            "ipam.type {kind:?}: no such plugin in CNI_PATH ({})",
-            env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":")
-        ))
-    })
+    env.path
+        .iter()
+        .map(|d| d.join(kind))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            CniError::config(format!(
+                "ipam.type {kind:?}: no such plugin in CNI_PATH ({})",
+                env.path
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":")
+            ))
+        })
 }
 
 /// Runs the IPAM plugin; returns its stdout on success, its error (code kept) otherwise.
+///
+/// An IPAM plugin older than our cniVersion (Debian's 1.1.1 plugins stop at 1.0.0) answers code 1; then
+/// it is asked for its versions and called again with the newest one both sides speak.
 pub fn exec(conf: &NetConf, env: &CniEnv, command: &str, target: &Target) -> CniResult<Vec<u8>> {
-    let Some(ipam) = &conf.ipam else { return Ok(Vec::new()) };
+    let Some(ipam) = &conf.ipam else {
+        return Ok(Vec::new());
+    };
     let plugin = find(env, &ipam.kind)?;
-    crate::debug!("IPAM {} {command} for {}/{}", ipam.kind, target.container_id, target.ifname);
-    let mut child = Command::new(&plugin)
+    match exec_raw(&plugin, &ipam.kind, &conf.raw, command, target) {
+        Err(e) if e.code == Code::IncompatibleVersion => {
+            let Some(raw) = downgraded(&plugin, &ipam.kind, &conf.raw, target) else {
+                return Err(e);
+            };
+            exec_raw(&plugin, &ipam.kind, &raw, command, target)
+        }
+        other => other,
+    }
+}
+
+/// The configuration with `cniVersion` set to the newest version the plugin and this plugin both speak.
+fn downgraded(plugin: &Path, kind: &str, raw: &[u8], target: &Target) -> Option<Vec<u8>> {
+    let out = exec_raw(
+        plugin,
+        kind,
+        br#"{"cniVersion":"0.4.0"}"#,
+        "VERSION",
+        target,
+    )
+    .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out).ok()?;
+    let theirs: Vec<&str> = v
+        .get("supportedVersions")?
+        .as_array()?
+        .iter()
+        .filter_map(|s| s.as_str())
+        .collect();
+    let best = SUPPORTED_VERSIONS
+        .iter()
+        .rev()
+        .find(|s| theirs.contains(s))?;
+    let mut conf: serde_json::Value = serde_json::from_slice(raw).ok()?;
+    let obj = conf.as_object_mut()?;
+    obj.insert("cniVersion".into(), serde_json::Value::from(*best));
+    if let Some(prev) = obj.get_mut("prevResult").and_then(|p| p.as_object_mut()) {
+        prev.insert("cniVersion".into(), serde_json::Value::from(*best));
+    }
+    crate::debug!("IPAM {kind} does not speak this cniVersion; delegating with {best}");
+    serde_json::to_vec(&conf).ok()
+}
+
+fn exec_raw(
+    plugin: &Path,
+    kind: &str,
+    raw: &[u8],
+    command: &str,
+    target: &Target,
+) -> CniResult<Vec<u8>> {
+    crate::debug!(
+        "IPAM {kind} {command} for {}/{}",
+        target.container_id,
+        target.ifname
+    );
+    let mut child = Command::new(plugin)
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", target.container_id)
         .env("CNI_IFNAME", target.ifname)
@@ -48,12 +118,12 @@ pub fn exec(conf: &NetConf, env: &CniEnv, command: &str, target: &Target) -> Cni
         .map_err(|e| CniError::io(format!("running IPAM plugin {}: {e}", plugin.display())))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
-            .write_all(&conf.raw)
-            .map_err(|e| CniError::io(format!("writing the config to IPAM plugin {}: {e}", ipam.kind)))?;
+            .write_all(raw)
+            .map_err(|e| CniError::io(format!("writing the config to IPAM plugin {kind}: {e}")))?;
     }
     let out = child
         .wait_with_output()
-        .map_err(|e| CniError::io(format!("waiting for IPAM plugin {}: {e}", ipam.kind)))?;
+        .map_err(|e| CniError::io(format!("waiting for IPAM plugin {kind}: {e}")))?;
     if out.status.success() {
         return Ok(out.stdout);
     }
@@ -63,7 +133,10 @@ pub fn exec(conf: &NetConf, env: &CniEnv, command: &str, target: &Target) -> Cni
             format!(
                 "{}{}",
                 v.get("msg").and_then(|m| m.as_str()).unwrap_or("failed"),
-                v.get("details").and_then(|m| m.as_str()).map(|d| format!(": {d}")).unwrap_or_default()
+                v.get("details")
+                    .and_then(|m| m.as_str())
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
             ),
         ),
         Err(_) => (5, format!("failed with {} and no error JSON", out.status)),
@@ -78,7 +151,10 @@ pub fn exec(conf: &NetConf, env: &CniEnv, command: &str, target: &Target) -> Cni
         11 => Code::TryAgainLater,
         _ => Code::Io,
     };
-    Err(CniError::new(code, format!("IPAM plugin {} {command}: {msg}", ipam.kind)))
+    Err(CniError::new(
+        code,
+        format!("IPAM plugin {kind} {command}: {msg}"),
+    ))
 }
 
 pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {

@@ -8,8 +8,8 @@ use crate::cni::config::{LinkState, VfSettings, VlanProto};
 use crate::cni::error::CniError;
 use crate::cni::types::Mac;
 use netlink_packet_route::link::{
-    LinkAttribute, LinkVfInfo, VfInfo, VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck, VfInfoTrust,
-    VfInfoVlan, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
+    LinkAttribute, LinkVfInfo, VfInfo, VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck,
+    VfInfoTrust, VfInfoVlan, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
 };
 use std::io;
 
@@ -31,11 +31,18 @@ pub struct VfState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VfSetting {
     Mac(Mac),
-    Vlan { vlan: u16, qos: u8, proto: VlanProto },
+    Vlan {
+        vlan: u16,
+        qos: u8,
+        proto: VlanProto,
+    },
     SpoofChk(bool),
     Trust(bool),
     LinkState(LinkState),
-    Rate { min: u32, max: u32 },
+    Rate {
+        min: u32,
+        max: u32,
+    },
 }
 
 fn on_off(b: bool) -> &'static str {
@@ -51,7 +58,11 @@ impl std::fmt::Display for VfSetting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             VfSetting::Mac(m) => write!(f, "mac {m}"),
-            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Ad } => {
+            VfSetting::Vlan {
+                vlan,
+                qos,
+                proto: VlanProto::Dot1Ad,
+            } => {
                 write!(f, "vlanProto 802.1ad (vlan {vlan}, vlanQoS {qos})")
             }
             VfSetting::Vlan { vlan, qos, .. } => write!(f, "vlan {vlan} (vlanQoS {qos})"),
@@ -68,12 +79,21 @@ impl VfSetting {
     pub fn to_vf_info(&self, vf: u32) -> Vec<VfInfo> {
         vec![match self {
             VfSetting::Mac(m) => VfInfo::Mac(VfInfoMac::new(vf, &m.0)),
-            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Q } => {
-                VfInfo::Vlan(VfInfoVlan::new(vf, *vlan as u32, *qos as u32))
-            }
-            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Ad } => VfInfo::VlanList(vec![VfVlan::Info(
-                VfVlanInfo::new(vf, *vlan as u32, *qos as u32, VlanProtocol::Ieee8021Ad),
-            )]),
+            VfSetting::Vlan {
+                vlan,
+                qos,
+                proto: VlanProto::Dot1Q,
+            } => VfInfo::Vlan(VfInfoVlan::new(vf, *vlan as u32, *qos as u32)),
+            VfSetting::Vlan {
+                vlan,
+                qos,
+                proto: VlanProto::Dot1Ad,
+            } => VfInfo::VlanList(vec![VfVlan::Info(VfVlanInfo::new(
+                vf,
+                *vlan as u32,
+                *qos as u32,
+                VlanProtocol::Ieee8021Ad,
+            ))]),
             VfSetting::SpoofChk(b) => VfInfo::SpoofCheck(VfInfoSpoofCheck::new(vf, *b)),
             VfSetting::Trust(b) => VfInfo::Trust(VfInfoTrust::new(vf, *b)),
             VfSetting::LinkState(s) => VfInfo::LinkState(VfInfoLinkState::new(
@@ -100,7 +120,10 @@ impl VfSetting {
             VfSetting::SpoofChk(_) => VfSetting::SpoofChk(orig.spoofchk?),
             VfSetting::Trust(_) => VfSetting::Trust(orig.trust?),
             VfSetting::LinkState(_) => VfSetting::LinkState(orig.link_state?),
-            VfSetting::Rate { .. } => VfSetting::Rate { min: orig.min_tx_rate, max: orig.max_tx_rate },
+            VfSetting::Rate { .. } => VfSetting::Rate {
+                min: orig.min_tx_rate,
+                max: orig.max_tx_rate,
+            },
         })
     }
 }
@@ -162,7 +185,10 @@ pub fn apply_all(
             let mut err = CniError::io(format!("setting {s} on VF {vf} of PF {}: {e}", pf.name));
             let undo = restore_all(ctl, pf, vf, &plan[..i], orig);
             if !undo.is_empty() {
-                err = err.with_details(format!("and undoing the settings before it: {}", join(&undo)));
+                err = err.with_details(format!(
+                    "and undoing the settings before it: {}",
+                    join(&undo)
+                ));
             }
             return Err(err);
         }
@@ -171,12 +197,23 @@ pub fn apply_all(
 }
 
 /// Puts back the original value of every setting in `plan`, in reverse; keeps going and returns the errors.
-pub fn restore_all(ctl: &mut dyn PfControl, pf: &Pf, vf: u32, plan: &[VfSetting], orig: &VfState) -> Vec<String> {
+pub fn restore_all(
+    ctl: &mut dyn PfControl,
+    pf: &Pf,
+    vf: u32,
+    plan: &[VfSetting],
+    orig: &VfState,
+) -> Vec<String> {
     let mut errors = Vec::new();
     for s in plan.iter().rev() {
-        let Some(back) = s.original(orig) else { continue };
+        let Some(back) = s.original(orig) else {
+            continue;
+        };
         if let Err(e) = ctl.apply(pf, vf, &back) {
-            errors.push(format!("restoring {back} on VF {vf} of PF {}: {e}", pf.name));
+            errors.push(format!(
+                "restoring {back} on VF {vf} of PF {}: {e}",
+                pf.name
+            ));
         }
     }
     errors
@@ -189,7 +226,9 @@ pub fn join(errors: &[String]) -> String {
 /// Reads a VF's entry out of the PF's VF table.
 pub fn state_from_table(table: &[Vec<VfInfo>], vf: u32) -> Option<VfState> {
     let entry = table.iter().find(|infos| {
-        infos.iter().any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf))
+        infos
+            .iter()
+            .any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf))
     })?;
     let mut st = VfState::default();
     for i in entry {
@@ -290,7 +329,10 @@ mod tests {
     use super::*;
 
     fn pf() -> Pf {
-        Pf { name: "ens1f0".into(), index: 4 }
+        Pf {
+            name: "ens1f0".into(),
+            index: 4,
+        }
     }
 
     fn orig() -> VfState {
@@ -323,7 +365,10 @@ mod tests {
 
     #[test]
     fn applies_in_order_and_restores_exactly() {
-        let mut ctl = RecordingPf { state: orig(), ..Default::default() };
+        let mut ctl = RecordingPf {
+            state: orig(),
+            ..Default::default()
+        };
         let plan = planned(&cfg(), &orig());
         apply_all(&mut ctl, &pf(), 1, &plan, &orig()).unwrap();
         assert_eq!(ctl.log, plan);
@@ -344,7 +389,11 @@ mod tests {
         let err = apply_all(&mut ctl, &pf(), 1, &plan, &orig()).unwrap_err();
         assert!(err.msg.contains("link_state enable"), "{}", err.msg);
         assert!(err.msg.contains("VF 1 of PF ens1f0"), "{}", err.msg);
-        assert_eq!(ctl.state, orig(), "everything applied before the refusal is undone");
+        assert_eq!(
+            ctl.state,
+            orig(),
+            "everything applied before the refusal is undone"
+        );
         // mac, vlan, spoofchk, trust applied; then trust, spoofchk, vlan, mac restored.
         assert_eq!(ctl.log.len(), 8);
         assert_eq!(ctl.log[4], VfSetting::Trust(false));
@@ -353,10 +402,26 @@ mod tests {
 
     #[test]
     fn settings_render_as_config_keys() {
-        let plan = planned(&VfSettings { vlan: Some(5), vlan_proto: Some(VlanProto::Dot1Ad), ..Default::default() }, &orig());
+        let plan = planned(
+            &VfSettings {
+                vlan: Some(5),
+                vlan_proto: Some(VlanProto::Dot1Ad),
+                ..Default::default()
+            },
+            &orig(),
+        );
         assert_eq!(plan[0].to_string(), "vlanProto 802.1ad (vlan 5, vlanQoS 0)");
         assert!(matches!(plan[0].to_vf_info(2)[0], VfInfo::VlanList(_)));
-        let plan = planned(&VfSettings { min_tx_rate: Some(10), ..Default::default() }, &VfState { max_tx_rate: 90, ..orig() });
+        let plan = planned(
+            &VfSettings {
+                min_tx_rate: Some(10),
+                ..Default::default()
+            },
+            &VfState {
+                max_tx_rate: 90,
+                ..orig()
+            },
+        );
         assert_eq!(plan, vec![VfSetting::Rate { min: 10, max: 90 }]);
     }
 
@@ -366,7 +431,12 @@ mod tests {
             VfSetting::Mac(Mac([2, 0, 0, 0, 0, 9])).to_vf_info(0),
             [
                 VfSetting::Mac(Mac([2, 0, 0, 0, 0, 1])).to_vf_info(1),
-                VfSetting::Vlan { vlan: 7, qos: 2, proto: VlanProto::Dot1Q }.to_vf_info(1),
+                VfSetting::Vlan {
+                    vlan: 7,
+                    qos: 2,
+                    proto: VlanProto::Dot1Q,
+                }
+                .to_vf_info(1),
                 VfSetting::Trust(true).to_vf_info(1),
                 VfSetting::Rate { min: 1, max: 2 }.to_vf_info(1),
             ]

@@ -1,0 +1,317 @@
+//! Test bed on real network namespaces: veth ends stand in for VF netdevs behind a fake sysfs PCI tree.
+//!
+//! What is fake: the PCI tree (physfn/virtfnN/driver/net links) and the PF's lack of a VF table (a veth
+//! PF reports none). What is real: the netdevs, the namespaces, every netlink move/rename/MTU/MAC/address,
+//! the IPAM plugins from containernetworking-plugins, the plugin binary and its record store.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub const CNI_PATH: &str = "/usr/lib/cni";
+
+pub fn sh(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("running a command of the test bed");
+    out
+}
+
+pub fn must(args: &[&str]) -> String {
+    let out = sh(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `ip -j link show` of one device, in the host or a namespace; `None` if it does not exist.
+pub fn link(ns: Option<&str>, name: &str) -> Option<Value> {
+    let mut args = vec!["ip"];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    args.extend(["-j", "link", "show", "dev", name]);
+    let out = sh(&args);
+    if !out.status.success() {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.as_array()?.first().cloned()
+}
+
+/// The addresses of a device in a namespace, as `addr/prefix`.
+pub fn addrs(ns: &str, name: &str) -> Vec<String> {
+    let out = must(&["ip", "-n", ns, "-j", "addr", "show", "dev", name]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v[0]["addr_info"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+        .collect()
+}
+
+/// Name, MAC, MTU, up: what DEL must give back.
+pub fn identity(ns: Option<&str>, name: &str) -> Option<(String, String, u64, bool)> {
+    let l = link(ns, name)?;
+    Some((
+        l["ifname"].as_str()?.to_string(),
+        l["address"].as_str()?.to_string(),
+        l["mtu"].as_u64()?,
+        l["flags"].as_array()?.iter().any(|f| f == "UP"),
+    ))
+}
+
+pub struct Bed {
+    pub tag: String,
+    pub dir: PathBuf,
+    pub sysfs: PathBuf,
+    pub state: PathBuf,
+    pub pf: String,
+    pub pf_pci: String,
+    pub vfs: Vec<(String, String)>, // (pci, netdev)
+    pub netns: Vec<String>,
+    links: Vec<String>,
+}
+
+impl Bed {
+    /// A PF stand-in with `n` VF stand-ins. `tag` keeps names unique across parallel tests (≤ 4 chars).
+    pub fn new(tag: &str, n: usize) -> Bed {
+        assert!(tag.len() <= 4);
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-it-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let sysfs = dir.join("sys");
+        let state = dir.join("state");
+        fs::create_dir_all(sysfs.join("bus/pci/devices")).unwrap();
+        fs::create_dir_all(sysfs.join("class/net")).unwrap();
+        let mut bed = Bed {
+            tag: tag.to_string(),
+            dir,
+            sysfs,
+            state,
+            pf: format!("t{tag}pf"),
+            pf_pci: format!("0000:{:02x}:00.0", tag_bus(tag)),
+            vfs: Vec::new(),
+            netns: Vec::new(),
+            links: Vec::new(),
+        };
+        let pf = bed.pf.clone();
+        bed.veth(&pf);
+        let pf_dev = bed.pci_dir(&bed.pf_pci.clone());
+        fs::create_dir_all(pf_dev.join("net").join(&pf)).unwrap();
+        fs::write(pf_dev.join("sriov_totalvfs"), format!("{n}\n")).unwrap();
+        fs::write(pf_dev.join("sriov_numvfs"), format!("{n}\n")).unwrap();
+        fs::create_dir_all(bed.sysfs.join("class/net").join(&pf)).unwrap();
+        symlink(
+            format!("../../../bus/pci/devices/{}", bed.pf_pci),
+            bed.sysfs.join("class/net").join(&pf).join("device"),
+        )
+        .unwrap();
+        for i in 0..n {
+            let pci = format!("0000:{:02x}:02.{}", tag_bus(tag), i % 8);
+            let pci = if i >= 8 {
+                format!("0000:{:02x}:03.{}", tag_bus(tag), i % 8)
+            } else {
+                pci
+            };
+            let name = format!("t{tag}v{i}");
+            bed.veth(&name);
+            bed.add_vf(i, &pci, Some(&name), "igbvf");
+            bed.vfs.push((pci, name));
+        }
+        bed
+    }
+
+    fn veth(&mut self, name: &str) {
+        let peer = format!("{name}p");
+        let _ = sh(&["ip", "link", "del", name]);
+        must(&[
+            "ip", "link", "add", name, "type", "veth", "peer", "name", &peer,
+        ]);
+        self.links.push(name.to_string());
+        self.links.push(peer);
+    }
+
+    pub fn pci_dir(&self, pci: &str) -> PathBuf {
+        self.sysfs.join("bus/pci/devices").join(pci)
+    }
+
+    /// Adds a VF to the fake tree: `physfn`, `virtfnN`, `driver`, and `net/<netdev>` when it has one.
+    pub fn add_vf(&self, idx: usize, pci: &str, netdev: Option<&str>, driver: &str) {
+        let d = self.pci_dir(pci);
+        fs::create_dir_all(&d).unwrap();
+        symlink(format!("../{}", self.pf_pci), d.join("physfn")).unwrap();
+        symlink(
+            format!("../{pci}"),
+            self.pci_dir(&self.pf_pci).join(format!("virtfn{idx}")),
+        )
+        .unwrap();
+        symlink(
+            format!("../../../bus/pci/drivers/{driver}"),
+            d.join("driver"),
+        )
+        .unwrap();
+        if let Some(n) = netdev {
+            fs::create_dir_all(d.join("net").join(n)).unwrap();
+        }
+    }
+
+    /// Points the fake tree's `net/` entry of a VF at another name (what real sysfs shows after a rename).
+    pub fn set_vf_netdev(&self, pci: &str, name: &str) {
+        let net = self.pci_dir(pci).join("net");
+        let _ = fs::remove_dir_all(&net);
+        fs::create_dir_all(net.join(name)).unwrap();
+    }
+
+    pub fn netns(&mut self) -> String {
+        let name = format!("srt-{}-{}", self.tag, self.netns.len());
+        let _ = sh(&["ip", "netns", "del", &name]);
+        must(&["ip", "netns", "add", &name]);
+        self.netns.push(name.clone());
+        name
+    }
+
+    pub fn env(&self, cmd: &str, cid: &str, ns: &str, ifname: &str) -> HashMap<String, String> {
+        let mut e = HashMap::new();
+        e.insert("CNI_COMMAND".into(), cmd.into());
+        e.insert("CNI_CONTAINERID".into(), cid.into());
+        e.insert(
+            "CNI_NETNS".into(),
+            if ns.is_empty() {
+                String::new()
+            } else {
+                format!("/var/run/netns/{ns}")
+            },
+        );
+        e.insert("CNI_IFNAME".into(), ifname.into());
+        e.insert("CNI_PATH".into(), CNI_PATH.into());
+        e
+    }
+
+    pub fn run_env(&self, env: &HashMap<String, String>, conf: &str) -> Run {
+        run_plugin(&self.sysfs, &self.state, env, conf)
+    }
+
+    pub fn run(&self, cmd: &str, cid: &str, ns: &str, ifname: &str, conf: &str) -> Run {
+        self.run_env(&self.env(cmd, cid, ns, ifname), conf)
+    }
+
+    pub fn records(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.state).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().ends_with(".json") {
+                out.push(serde_json::from_slice(&fs::read(e.path()).unwrap()).unwrap());
+            }
+        }
+        out
+    }
+}
+
+fn tag_bus(tag: &str) -> u8 {
+    tag.bytes()
+        .fold(0x40u8, |a, b| a.wrapping_mul(31).wrapping_add(b))
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        for ns in &self.netns {
+            let _ = sh(&["ip", "netns", "del", ns]);
+        }
+        for l in &self.links {
+            let _ = sh(&["ip", "link", "del", l]);
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub struct Run {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {:?} / {}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    pub fn code(&self) -> u64 {
+        self.json()["code"].as_u64().unwrap_or(0)
+    }
+
+    pub fn msg(&self) -> String {
+        self.json()["msg"].as_str().unwrap_or_default().to_string()
+    }
+
+    #[track_caller]
+    pub fn ok(&self) -> &Self {
+        assert!(self.ok, "plugin failed: {} / {}", self.stdout, self.stderr);
+        self
+    }
+}
+
+pub fn run_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, conf: &str) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sriov-rdma"));
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("SRIOV_RDMA_SYSFS", sysfs)
+        .env("SRIOV_RDMA_STATE_DIR", state)
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawning sriov-rdma");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A 1.0.0 configuration for one VF by address, with extra keys.
+pub fn conf_dev(version: &str, pci: &str, extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"{version}","name":"rdma-net","type":"sriov-rdma","deviceID":"{pci}","logLevel":"debug"{extra}}}"#
+    )
+}
+
+pub fn static_ipam(addr: &str) -> String {
+    format!(
+        r#","ipam":{{"type":"static","addresses":[{{"address":"{addr}","gateway":"10.77.0.1"}}],"routes":[{{"dst":"10.78.0.0/16"}}]}}"#
+    )
+}
+
+pub fn is_root() -> bool {
+    nix_uid() == 0
+}
+
+fn nix_uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc_getuid() }
+}
+
+extern "C" {
+    #[link_name = "getuid"]
+    fn libc_getuid() -> u32;
+}
