@@ -285,6 +285,61 @@ fn attach(
         sandbox: env.netns.clone(),
         pci_id: Some(rec.pci.to_string()),
     };
+    // IPAM runs while the kernel moves the netdev (the move is mostly an RCU wait).
+    progress.ipam = conf.ipam.is_some();
+    let target = Target::of_env(env);
+    let early = if ipam::can_overlap(conf) {
+        ipam::spawn(conf, env, "ADD", &target)?
+    } else {
+        None
+    };
+    let moved = move_into_pod(host, pod, conf, env, rec, &mut iface, progress);
+    let early = early.map(|p| p.wait());
+    let index = moved?;
+    let out = match early {
+        Some(out) => out?,
+        None => ipam::exec(conf, env, "ADD", &target)?,
+    };
+    let mut result = if conf.ipam.is_some() {
+        AttachResult::from_ipam(&out)?
+    } else {
+        AttachResult::default()
+    };
+    if let Some(index) = index {
+        for ip in &result.ips {
+            pod.route.add_address(index, ip.address).ctx(|| {
+                format!(
+                    "adding address {} to {} in {}",
+                    ip.address, env.ifname, env.netns
+                )
+            })?;
+        }
+        for r in &result.routes {
+            pod.route
+                .add_route(index, r.dst, r.gw, r.priority)
+                .ctx(|| format!("adding route {} to {} in {}", r.dst, env.ifname, env.netns))?;
+        }
+    }
+    result.interfaces = vec![iface];
+    if result.dns.is_none() {
+        result.dns = conf
+            .dns
+            .clone()
+            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
+    }
+    Ok(result)
+}
+
+/// Moves the netdev into the pod under CNI_IFNAME, then MTU, MAC, up; returns its index there.
+fn move_into_pod(
+    host: &mut Host,
+    pod: &mut Pod,
+    conf: &NetConf,
+    env: &CniEnv,
+    rec: &Attachment,
+    iface: &mut Interface,
+    progress: &mut Progress,
+) -> CniResult<Option<u32>> {
     let mut index = None;
     if let Some(orig) = &rec.netdev {
         host.route
@@ -323,31 +378,7 @@ fn attach(
         iface.mtu = Some(conf.mtu.unwrap_or(l.mtu));
         index = Some(l.index);
     }
-    progress.ipam = conf.ipam.is_some();
-    let mut result = ipam::add(conf, env)?;
-    if let Some(index) = index {
-        for ip in &result.ips {
-            pod.route.add_address(index, ip.address).ctx(|| {
-                format!(
-                    "adding address {} to {} in {}",
-                    ip.address, env.ifname, env.netns
-                )
-            })?;
-        }
-        for r in &result.routes {
-            pod.route
-                .add_route(index, r.dst, r.gw, r.priority)
-                .ctx(|| format!("adding route {} to {} in {}", r.dst, env.ifname, env.netns))?;
-        }
-    }
-    result.interfaces = vec![iface];
-    if result.dns.is_none() {
-        result.dns = conf
-            .dns
-            .clone()
-            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
-    }
-    Ok(result)
+    Ok(index)
 }
 
 /// Whether a link is the VF of this record: by the parent PCI address where the kernel reports one.
@@ -542,8 +573,19 @@ pub fn release(
             None
         }
     };
+    let early = if ipam::can_overlap(conf) {
+        Some(ipam::spawn(conf, env, "DEL", target))
+    } else {
+        None
+    };
     let mut errors = detach(host, pod.as_mut(), rec, true);
-    if let Err(e) = ipam::exec(conf, env, "DEL", target) {
+    let released = match early {
+        Some(Ok(Some(p))) => p.wait().map(drop),
+        Some(Ok(None)) => Ok(()),
+        Some(Err(e)) => Err(e),
+        None => ipam::exec(conf, env, "DEL", target).map(drop),
+    };
+    if let Err(e) = released {
         errors.push(e.to_string());
     }
     errors

@@ -4,10 +4,9 @@
 use crate::cni::config::{NetConf, SUPPORTED_VERSIONS};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code};
-use crate::cni::result::AttachResult;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 /// The attachment IPAM works for (GC runs DEL for records, not for the invoking environment).
 pub struct Target<'a> {
@@ -44,22 +43,72 @@ fn find(env: &CniEnv, kind: &str) -> CniResult<PathBuf> {
 }
 
 /// Runs the IPAM plugin; returns its stdout on success, its error (code kept) otherwise.
-///
-/// An IPAM plugin older than our cniVersion (Debian's 1.1.1 plugins stop at 1.0.0) answers code 1; then
-/// it is asked for its versions and called again with the newest one both sides speak.
 pub fn exec(conf: &NetConf, env: &CniEnv, command: &str, target: &Target) -> CniResult<Vec<u8>> {
+    match spawn(conf, env, command, target)? {
+        Some(p) => p.wait(),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// An IPAM invocation under way, so it can run while the kernel moves the netdev.
+pub struct Pending<'a> {
+    child: Child,
+    plugin: PathBuf,
+    conf: &'a NetConf,
+    command: &'a str,
+    target: Target<'a>,
+}
+
+/// Starts the IPAM plugin; `None` without `ipam`.
+pub fn spawn<'a>(
+    conf: &'a NetConf,
+    env: &CniEnv,
+    command: &'a str,
+    target: &Target<'a>,
+) -> CniResult<Option<Pending<'a>>> {
     let Some(ipam) = &conf.ipam else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let plugin = find(env, &ipam.kind)?;
-    match exec_raw(&plugin, &ipam.kind, &conf.raw, command, target) {
-        Err(e) if e.code == Code::IncompatibleVersion => {
-            let Some(raw) = downgraded(&plugin, &ipam.kind, &conf.raw, target) else {
-                return Err(e);
-            };
-            exec_raw(&plugin, &ipam.kind, &raw, command, target)
+    let child = start(&plugin, &ipam.kind, &conf.raw, command, target)?;
+    let target = Target {
+        container_id: target.container_id,
+        ifname: target.ifname,
+        netns: target.netns,
+    };
+    Ok(Some(Pending {
+        child,
+        plugin,
+        conf,
+        command,
+        target,
+    }))
+}
+
+/// Whether IPAM may run while the netdev moves: DHCP needs the interface in the pod first.
+pub fn can_overlap(conf: &NetConf) -> bool {
+    conf.ipam.as_ref().is_some_and(|i| i.kind != "dhcp")
+}
+
+impl Pending<'_> {
+    /// Waits for the plugin. One older than our cniVersion (Debian's 1.1.1 plugins stop at 1.0.0) answers
+    /// code 1; it is then asked for its versions and called again with the newest one both sides speak.
+    pub fn wait(self) -> CniResult<Vec<u8>> {
+        let kind = self
+            .conf
+            .ipam
+            .as_ref()
+            .map(|i| i.kind.as_str())
+            .unwrap_or_default();
+        match finish(self.child, kind, self.command) {
+            Err(e) if e.code == Code::IncompatibleVersion => {
+                let Some(raw) = downgraded(&self.plugin, kind, &self.conf.raw, &self.target) else {
+                    return Err(e);
+                };
+                exec_raw(&self.plugin, kind, &raw, self.command, &self.target)
+            }
+            other => other,
         }
-        other => other,
     }
 }
 
@@ -101,6 +150,16 @@ fn exec_raw(
     command: &str,
     target: &Target,
 ) -> CniResult<Vec<u8>> {
+    finish(start(plugin, kind, raw, command, target)?, kind, command)
+}
+
+fn start(
+    plugin: &Path,
+    kind: &str,
+    raw: &[u8],
+    command: &str,
+    target: &Target,
+) -> CniResult<Child> {
     crate::debug!(
         "IPAM {kind} {command} for {}/{}",
         target.container_id,
@@ -121,6 +180,10 @@ fn exec_raw(
             .write_all(raw)
             .map_err(|e| CniError::io(format!("writing the config to IPAM plugin {kind}: {e}")))?;
     }
+    Ok(child)
+}
+
+fn finish(child: Child, kind: &str, command: &str) -> CniResult<Vec<u8>> {
     let out = child
         .wait_with_output()
         .map_err(|e| CniError::io(format!("waiting for IPAM plugin {kind}: {e}")))?;
@@ -155,11 +218,4 @@ fn exec_raw(
         code,
         format!("IPAM plugin {kind} {command}: {msg}"),
     ))
-}
-
-pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
-    if conf.ipam.is_none() {
-        return Ok(AttachResult::default());
-    }
-    AttachResult::from_ipam(&exec(conf, env, "ADD", &Target::of_env(env))?)
 }

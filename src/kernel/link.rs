@@ -251,3 +251,55 @@ fn family(ip: &IpAddr) -> AddressFamily {
         AddressFamily::Inet6
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::netlink::encode;
+
+    #[test]
+    fn move_is_one_newlink_with_netns_fd_and_name() {
+        let bytes = encode(Rt::NewLink(move_msg(7, 5, "net1")), Kind::Change, 1);
+        #[rustfmt::skip]
+        let want: Vec<u8> = [
+            &52u32.to_ne_bytes()[..], &16u16.to_ne_bytes(), &5u16.to_ne_bytes(), &1u32.to_ne_bytes(), &0u32.to_ne_bytes(),
+            // ifinfomsg: family, pad, type, index 7, flags, change
+            &[0, 0], &0u16.to_ne_bytes(), &7i32.to_ne_bytes(), &0u32.to_ne_bytes(), &0u32.to_ne_bytes(),
+            // IFLA_NET_NS_FD (28) = 5
+            &8u16.to_ne_bytes(), &28u16.to_ne_bytes(), &5u32.to_ne_bytes(),
+            // IFLA_IFNAME (3) = "net1\0", padded to 4
+            &9u16.to_ne_bytes(), &3u16.to_ne_bytes(), b"net1\0", &[0, 0, 0],
+        ]
+        .concat();
+        assert_eq!(bytes, want);
+    }
+
+    #[test]
+    fn set_link_up_sets_flag_and_change_mask() {
+        let bytes = encode(
+            Rt::SetLink(set_msg(3, vec![LinkAttribute::Mtu(9000)], Some(true))),
+            Kind::Change,
+            2,
+        );
+        assert_eq!(u16::from_ne_bytes([bytes[4], bytes[5]]), 19, "RTM_SETLINK");
+        assert_eq!(
+            u32::from_ne_bytes(bytes[24..28].try_into().unwrap()),
+            1,
+            "IFF_UP in flags"
+        );
+        assert_eq!(
+            u32::from_ne_bytes(bytes[28..32].try_into().unwrap()),
+            1,
+            "IFF_UP in change mask"
+        );
+        assert_eq!(
+            &bytes[32..40],
+            &[
+                &8u16.to_ne_bytes()[..],
+                &4u16.to_ne_bytes(),
+                &9000u32.to_ne_bytes()
+            ]
+            .concat()[..]
+        );
+    }
+}

@@ -1,0 +1,40 @@
+PREFIX ?= /opt/cni/bin
+CARGO ?= cargo
+
+.PHONY: all build release test lint bench install demo deps clean
+
+all: release
+
+build:
+	$(CARGO) build
+
+release:
+	$(CARGO) build --release
+
+# Installs what the tests need (Debian): iproute2 and the reference IPAM plugins.
+deps:
+	./scripts/install-deps.sh
+
+# The test command: unit tests, real-netns integration tests (as root), example validation.
+test: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) test --all-targets -- --test-threads=4
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# Side-by-side ADD+DEL timings on a stand-in VF (root).
+bench: deps release
+	./target/release/cni-bench $(or $(N),30)
+
+demo: deps release
+	./scripts/demo-host.sh
+
+install: release
+	install -d $(DESTDIR)$(PREFIX)
+	install -m 0755 target/release/sriov-rdma $(DESTDIR)$(PREFIX)/sriov-rdma
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,54 @@
+//! The kernel checks IFLA_VFINFO_LIST attribute lengths against its policy before asking the driver: a
+//! veth then answers EOPNOTSUPP, a wrong layout ERANGE or EINVAL. So every VF setting we encode is sent
+//! to a real veth here, and must come back EOPNOTSUPP (root only).
+
+mod common;
+use common::*;
+use sriov_rdma_cni::cni::config::{LinkState, VlanProto};
+use sriov_rdma_cni::kernel::link::RouteSocket;
+use sriov_rdma_cni::kernel::vf::{NetlinkPf, Pf, PfControl, VfSetting};
+
+#[test]
+fn every_vf_setting_has_a_layout_the_kernel_accepts() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let _ = sh(&["ip", "link", "del", "tkpol0"]);
+    must(&[
+        "ip", "link", "add", "tkpol0", "type", "veth", "peer", "name", "tkpol0p",
+    ]);
+    let mut sock = RouteSocket::new().unwrap();
+    let index = sock.link_by_name("tkpol0").unwrap().unwrap().index;
+    let pf = Pf {
+        name: "tkpol0".into(),
+        index,
+    };
+    let mut ctl = NetlinkPf(&mut sock);
+    assert_eq!(
+        ctl.vf_state(&pf, 0).unwrap(),
+        None,
+        "a veth has no VF table"
+    );
+    for s in [
+        VfSetting::Mac("02:00:00:00:00:01".parse().unwrap()),
+        VfSetting::Vlan {
+            vlan: 100,
+            qos: 3,
+            proto: VlanProto::Dot1Q,
+        },
+        VfSetting::Vlan {
+            vlan: 100,
+            qos: 3,
+            proto: VlanProto::Dot1Ad,
+        },
+        VfSetting::SpoofChk(true),
+        VfSetting::Trust(true),
+        VfSetting::LinkState(LinkState::Enable),
+        VfSetting::Rate { min: 10, max: 100 },
+    ] {
+        let err = ctl.apply(&pf, 1, &s).expect_err("a veth has no VFs");
+        assert_eq!(err.raw_os_error(), Some(libc::EOPNOTSUPP), "{s}: {err}");
+    }
+    let _ = sh(&["ip", "link", "del", "tkpol0"]);
+}
