@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs the system packages the tests and the benchmark use (Debian 12, as root).
+# Installs the system packages the tests, the demo and the benchmark use (Debian 12, as root).
 set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 [ -x /usr/lib/cni/static ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/host-device ] || need+=(containernetworking-plugins)
+# A real container runtime for tests/podman.rs, and busybox for its image.
+command -v podman >/dev/null || need+=(podman)
+[ -x /usr/sbin/runc ] || need+=(runc)
+[ -x /bin/busybox ] || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install ${need[*]}" >&2

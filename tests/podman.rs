@@ -1,0 +1,127 @@
+//! A real container runtime: podman (CNI backend, runc) runs a container on a sriov-rdma network with a
+//! stand-in VF; `--rm` must run DEL and give the VF back. Root only; skipped where podman is missing
+//! (`.ci/run` installs it). The runtime's own DEL runs in a process podman spawns, so the plugin is
+//! reached through a wrapper that points it at the test's sysfs tree and state directory.
+
+mod common;
+use common::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+#[test]
+fn podman_run_rm_attaches_and_gives_back_the_vf() {
+    if !is_root()
+        || Command::new("podman").arg("--version").output().is_err()
+        || !std::path::Path::new("/usr/sbin/runc").exists()
+    {
+        eprintln!("skipped: needs root, podman and runc");
+        return;
+    }
+    let bed = Bed::new("pod", 2);
+    let bin = bed.dir.join("bin");
+    let netd = bed.dir.join("net.d");
+    fs::create_dir_all(&bin).unwrap();
+    fs::create_dir_all(&netd).unwrap();
+    let wrapper = bin.join("sriov-rdma-it");
+    fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nSRIOV_RDMA_SYSFS={} SRIOV_RDMA_STATE_DIR={} exec {} \"$@\"\n",
+            bed.sysfs.display(),
+            bed.state.display(),
+            env!("CARGO_BIN_EXE_sriov-rdma")
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(
+        netd.join("sriov-rdma-it.conflist"),
+        format!(
+            r#"{{"cniVersion":"1.0.0","name":"sriov-rdma-it","plugins":[{{"type":"sriov-rdma-it","pfName":"{}","mtu":9000,
+              "ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.88.51.0/24"}}]],"dataDir":"{}"}}}}]}}"#,
+            bed.pf,
+            bed.dir.join("ipam").display()
+        ),
+    )
+    .unwrap();
+    let conf = bed.dir.join("containers.conf");
+    fs::write(
+        &conf,
+        format!(
+            "[containers]\ndefault_ulimits = [\"nproc=1024:1024\", \"nofile=1024:1024\"]\n[network]\nnetwork_backend = \"cni\"\n\
+             cni_plugin_dirs = [\"{}\", \"/usr/lib/cni\"]\nnetwork_config_dir = \"{}\"\n",
+            bin.display(),
+            netd.display()
+        ),
+    )
+    .unwrap();
+    // A busybox image made here: no registry is reachable.
+    let root = bed.dir.join("rootfs/bin");
+    fs::create_dir_all(&root).unwrap();
+    fs::copy("/bin/busybox", root.join("busybox")).expect("busybox-static is installed");
+    for a in ["sh", "ip"] {
+        std::os::unix::fs::symlink("busybox", root.join(a)).unwrap();
+    }
+    let tar = bed.dir.join("rootfs.tar");
+    must(&[
+        "tar",
+        "-C",
+        bed.dir.join("rootfs").to_str().unwrap(),
+        "-cf",
+        tar.to_str().unwrap(),
+        ".",
+    ]);
+    let podman = |args: &[&str]| {
+        Command::new("podman")
+            .env("CONTAINERS_CONF", &conf)
+            .args(args)
+            .output()
+            .expect("running podman")
+    };
+    let out = podman(&[
+        "import",
+        "-q",
+        tar.to_str().unwrap(),
+        "localhost/sriov-rdma-it:1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (pci0, vf0) = bed.vfs[0].clone();
+    let before = identity(None, &vf0).unwrap();
+    let out = podman(&[
+        "--runtime",
+        "/usr/sbin/runc",
+        "--cgroup-manager=cgroupfs",
+        "run",
+        "--rm",
+        "--network",
+        "sriov-rdma-it",
+        "localhost/sriov-rdma-it:1",
+        "sh",
+        "-c",
+        "ip -o link show eth0; ip -o addr show eth0",
+    ]);
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{seen} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Inside the container: the lowest free VF of the PF, renamed to eth0, MTU 9000, with its address.
+    assert!(seen.contains("eth0") && seen.contains("mtu 9000"), "{seen}");
+    assert!(
+        seen.contains(before.1.as_str()),
+        "the VF's MAC {}: {seen}",
+        before.1
+    );
+    assert!(seen.contains("10.88.51."), "{seen}");
+    // After --rm: back on the host as before, no record left.
+    assert_eq!(identity(None, &vf0), Some(before), "VF {pci0} given back");
+    assert!(bed.records().is_empty());
+    let _ = podman(&["rmi", "localhost/sriov-rdma-it:1"]);
+}
