@@ -233,7 +233,15 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
                 rec.container_id,
                 rec.ifname
             );
-            let mut undo = detach(&mut host, Some(&mut pod), &rec, progress.moved);
+            let mut undo = detach(
+                &mut host,
+                Some(&mut pod),
+                &rec,
+                Undo {
+                    netdev_moved: progress.moved,
+                    settings_applied: progress.settings,
+                },
+            );
             if progress.ipam {
                 if let Err(e) = ipam::exec(conf, env, "DEL", &Target::of_env(env)) {
                     undo.push(e.to_string());
@@ -252,10 +260,28 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
     }
 }
 
+/// How far ADD got, so a rollback undoes exactly that.
 #[derive(Default)]
 struct Progress {
+    settings: bool,
     moved: bool,
     ipam: bool,
+}
+
+/// What `detach` has to undo. DEL and GC undo everything; a rollback only what ADD did.
+#[derive(Clone, Copy)]
+pub struct Undo {
+    /// Look for the netdev in the pod (false when it never left the host).
+    pub netdev_moved: bool,
+    /// Restore the PF-side settings (false when applying them failed and was already undone).
+    pub settings_applied: bool,
+}
+
+impl Undo {
+    pub const ALL: Undo = Undo {
+        netdev_moved: true,
+        settings_applied: true,
+    };
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -278,6 +304,7 @@ fn attach(
             orig,
         )?;
     }
+    progress.settings = true;
     let mut iface = Interface {
         name: env.ifname.clone(),
         mac: None,
@@ -387,17 +414,12 @@ fn is_ours(l: &Link, rec: &Attachment) -> bool {
 }
 
 /// Undoes an attachment: netdev back to the host, PF settings, host-side name/MAC/MTU/up. Keeps going past
-/// errors and returns them. `look_in_pod` is false when the netdev never left the host.
-pub fn detach(
-    host: &mut Host,
-    pod: Option<&mut Pod>,
-    rec: &Attachment,
-    look_in_pod: bool,
-) -> Vec<String> {
+/// errors and returns them.
+pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Undo) -> Vec<String> {
     let mut errors = Vec::new();
     let pod_alive = pod.is_some();
     if let (Some(orig), Some(pod)) = (&rec.netdev, pod) {
-        if look_in_pod {
+        if undo.netdev_moved {
             match pod.route.link_by_name(&rec.ifname) {
                 Ok(Some(l)) if is_ours(&l, rec) => {
                     if let Err(e) = pod.route.move_link(l.index, host.ns.fd(), &orig.name) {
@@ -412,7 +434,7 @@ pub fn detach(
             }
         }
     }
-    if let Some(orig) = &rec.vf_original {
+    if let Some(orig) = rec.vf_original.as_ref().filter(|_| undo.settings_applied) {
         let plan = vf::planned(&rec.vf_settings, orig);
         let pf = Pf {
             name: rec.pf.clone(),
@@ -578,7 +600,7 @@ pub fn release(
     } else {
         None
     };
-    let mut errors = detach(host, pod.as_mut(), rec, true);
+    let mut errors = detach(host, pod.as_mut(), rec, Undo::ALL);
     let released = match early {
         Some(Ok(Some(p))) => p.wait().map(drop),
         Some(Ok(None)) => Ok(()),
