@@ -1,7 +1,7 @@
 PREFIX ?= /opt/cni/bin
 CARGO ?= cargo
 
-.PHONY: all build release test lint bench install demo deps clean
+.PHONY: all build release test unit e2e lint bench install demo deps clean
 
 all: release
 
@@ -15,11 +15,17 @@ release:
 deps:
 	./scripts/install-deps.sh
 
-# The test command: unit tests, real-netns integration tests (as root), example validation.
-test: deps
+# The test command: lint, unit and real-netns integration tests, then the emulated SR-IOV machine (root).
+test: unit e2e
+
+unit: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) test --all-targets -- --test-threads=4
+
+# Real VFs: QEMU igb (SR-IOV) under Debian's 6.12 kernel; downloads are cached in .cache/vm.
+e2e: release
+	./tests/vm/run.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,0 +1,78 @@
+#!/bin/sh
+# Scenarios on real VFs of an emulated igb NIC. Each prints "RESULT <name> PASS|FAIL <why>" and checks
+# the kernel's view (ip link on the PF, the pod netns), not the plugin's own output.
+PLUGIN=/opt/cni/bin/sriov-rdma
+# busybox sh prefers its own applets: iproute2 by full path.
+ip() { /usr/sbin/ip "$@"; }
+export CNI_PATH=/opt/cni/bin
+fail() { echo "RESULT $1 FAIL $2"; }
+pass() { echo "RESULT $1 PASS"; }
+
+PF=""
+for n in /sys/class/net/*; do
+  d=$(basename "$(readlink "$n/device/driver" 2>/dev/null)")
+  [ "$d" = igb ] && [ -z "$PF" ] && PF=$(basename "$n")
+done
+[ -n "$PF" ] || { echo "RESULT setup FAIL no igb PF"; exit 0; }
+ip link set "$PF" up
+echo 7 > /sys/class/net/$PF/device/sriov_numvfs
+for i in $(seq 1 100); do [ -d /sys/class/net/$PF/device/virtfn6/net ] && break; sleep 0.1; done
+VF0=$(basename "$(readlink /sys/class/net/$PF/device/virtfn0)")
+VF0NET=$(ls /sys/bus/pci/devices/$VF0/net 2>/dev/null | head -1)
+echo "VMLOG PF=$PF VF0=$VF0 ($VF0NET) numvfs=$(cat /sys/class/net/$PF/device/sriov_numvfs)"
+ip link show "$PF" | sed 's/^/VMLOG /' 
+[ -n "$VF0NET" ] && pass setup || { fail setup "VF0 has no netdev"; exit 0; }
+
+cni() { # cni CMD CONTAINERID NETNS IFNAME CONF
+  echo "$5" | CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=$3 CNI_IFNAME=$4 $PLUGIN 2>/tmp/err; }
+vfline() { ip link show "$PF" | grep "vf $1 " ; }
+
+# 1. ADD with VF settings, MTU, static IPAM: the PF and the pod show all of it.
+ip link set "$PF" vf 0 spoofchk off
+PF_BEFORE=$(ip link show "$PF")
+VF_BEFORE=$(ip -o link show "$VF0NET" | cut -d' ' -f2-5; cat /sys/class/net/$VF0NET/address)
+ip netns add pod1 || echo "VMLOG ip netns add failed"
+C1='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$VF0'","vlan":100,"vlanQoS":3,
+ "mac":"02:00:00:00:aa:01","spoofchk":"on","trust":"on","max_tx_rate":100,"mtu":9000,
+ "ipam":{"type":"static","addresses":[{"address":"10.1.0.2/24"}]}}'
+OUT=$(cni ADD c1 /var/run/netns/pod1 net1 "$C1")
+echo "VMLOG ADD: $OUT $(cat /tmp/err)"
+L=$(vfline 0); P=$(ip -n pod1 -o link show net1; ip -n pod1 -o addr show net1)
+echo "VMLOG PF vf0: $L"
+case "$L" in *"02:00:00:00:aa:01"*"vlan 100, qos 3"*"spoof checking on"*"trust on"*) ok1=1 ;; *) ok1=0 ;; esac
+echo "$L" | grep -q "max_tx_rate 100Mbps" || ok1=0
+echo "$P" | grep -q "mtu 9000" || ok1=0
+echo "$P" | grep -q "02:00:00:00:aa:01" || ok1=0
+echo "$P" | grep -q "10.1.0.2/24" || ok1=0
+ip -o link show "$VF0NET" >/dev/null 2>&1 && ok1=0
+[ $ok1 = 1 ] && pass add-vf-settings || fail add-vf-settings "PF: $L POD: $P"
+
+# 2. CHECK passes, and fails naming the MTU once it is changed by hand.
+PREV=$(echo "$C1" | sed 's/}$//')',"prevResult":'"$OUT"'}'
+if cni CHECK c1 /var/run/netns/pod1 net1 "$PREV" >/dev/null; then
+  ip -n pod1 link set net1 mtu 1500
+  R=$(cni CHECK c1 /var/run/netns/pod1 net1 "$PREV")
+  case "$R" in *"MTU of net1"*) pass check ;; *) fail check "$R" ;; esac
+  ip -n pod1 link set net1 mtu 9000
+else fail check "CHECK of a good attachment: $(cat /tmp/err)"; fi
+
+# 3. DEL: VF settings, name, MAC, MTU as before; record gone.
+ADDED=0; echo "$OUT" | grep -q '"interfaces"' && ADDED=1
+cni DEL c1 /var/run/netns/pod1 net1 "$C1" || echo "VMLOG DEL failed: $(cat /tmp/err)"
+PF_AFTER=$(ip link show "$PF")
+VF_AFTER=$(ip -o link show "$VF0NET" | cut -d' ' -f2-5; cat /sys/class/net/$VF0NET/address 2>/dev/null)
+if [ $ADDED = 0 ]; then
+  fail del-restores "ADD did not succeed"
+elif [ "$PF_BEFORE" = "$PF_AFTER" ] && [ "$VF_BEFORE" = "$VF_AFTER" ] && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ]; then
+  pass del-restores
+else
+  fail del-restores "PF before/after differ or VF differs: $(echo "$PF_BEFORE" | grep 'vf 0 ') | $(echo "$PF_AFTER" | grep 'vf 0 ') | $VF_BEFORE | $VF_AFTER"
+fi
+
+# 8. A setting the NIC refuses (igb has no link_state): clear error naming it; PF table identical.
+R=$(cni ADD c8 /var/run/netns/pod1 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$VF0'","vlan":7,"trust":"on","link_state":"enable"}')
+PF_AFTER=$(ip link show "$PF")
+case "$R" in
+  *"link_state enable"*) [ "$PF_BEFORE" = "$PF_AFTER" ] && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ] && ip -o link show "$VF0NET" >/dev/null && pass rollback-refused-setting || fail rollback-refused-setting "state changed: $R" ;;
+  *) fail rollback-refused-setting "$R" ;;
+esac
