@@ -76,3 +76,45 @@ case "$R" in
   *"link_state enable"*) [ "$PF_BEFORE" = "$PF_AFTER" ] && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ] && ip -o link show "$VF0NET" >/dev/null && pass rollback-refused-setting || fail rollback-refused-setting "state changed: $R" ;;
   *) fail rollback-refused-setting "$R" ;;
 esac
+
+# 4. DEL after the pod netns is deleted: the kernel returns the VF under its pod name; DEL restores it.
+C4='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$VF0'","vlan":42,"mtu":9000}'
+ip netns add pod4
+if cni ADD c4 /var/run/netns/pod4 net4 "$C4" >/dev/null; then
+  ip netns del pod4
+  cni DEL c4 /var/run/netns/pod4 net4 "$C4" >/dev/null || echo "VMLOG DEL4: $(cat /tmp/err)"
+  PF_AFTER=$(ip link show "$PF")
+  VF_AFTER=$(ip -o link show "$VF0NET" | cut -d' ' -f2-5; cat /sys/class/net/$VF0NET/address 2>/dev/null)
+  if [ "$PF_BEFORE" = "$PF_AFTER" ] && [ "$VF_BEFORE" = "$VF_AFTER" ] && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ]; then
+    pass del-after-netns-del
+  else
+    fail del-after-netns-del "$(echo "$PF_AFTER" | grep 'vf 0 ') | $VF_AFTER | $(ls /sys/bus/pci/devices/$VF0/net)"
+  fi
+else fail del-after-netns-del "ADD: $(cat /tmp/err)"; fi
+
+# 5. pfName: 7 ADDs get 7 distinct VFs, the 8th fails clearly; all DEL; host identical.
+SNAP_BEFORE=$(ip -d link show | sed 's/^[0-9]*: //' | grep -v 'altname')
+CP='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","pfName":"'$PF'","spoofchk":"on"}'
+ok5=1
+for i in 1 2 3 4 5 6 7; do
+  ip netns add p5$i
+  cni ADD c5$i /var/run/netns/p5$i net1 "$CP" >/dev/null || { ok5=0; echo "VMLOG ADD5 $i: $(cat /tmp/err)"; }
+done
+N=$(ls /var/lib/cni/sriov-rdma/*.json 2>/dev/null | wc -l)
+ip netns add p58
+R=$(cni ADD c58 /var/run/netns/p58 net1 "$CP")
+case "$R" in *"no free VF"*) ;; *) ok5=0; echo "VMLOG 8th ADD: $R" ;; esac
+for i in 1 2 3 4 5 6 7; do cni DEL c5$i /var/run/netns/p5$i net1 "$CP" || ok5=0; ip netns del p5$i; done
+ip netns del p58
+SNAP_AFTER=$(ip -d link show | sed 's/^[0-9]*: //' | grep -v 'altname')
+[ "$SNAP_BEFORE" = "$SNAP_AFTER" ] || { ok5=0; echo "VMLOG snapshot differs"; }
+[ $ok5 = 1 ] && [ "$N" = 7 ] && pass pfname-allocation || fail pfname-allocation "records=$N"
+
+# 9. GC with an empty valid-attachments list releases a live attachment and restores the VF.
+ip netns add pod9
+cni ADD c9 /var/run/netns/pod9 net1 "$C4" >/dev/null
+R=$(echo '{"cniVersion":"1.1.0","name":"vmnet","type":"sriov-rdma","cni.dev/valid-attachments":[]}' | CNI_COMMAND=GC $PLUGIN 2>/tmp/err)
+PF_AFTER=$(ip link show "$PF")
+if [ "$PF_BEFORE" = "$PF_AFTER" ] && ip -o link show "$VF0NET" >/dev/null 2>&1 && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ]; then
+  pass gc
+else fail gc "$R $(cat /tmp/err)"; fi
