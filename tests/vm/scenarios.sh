@@ -118,3 +118,34 @@ PF_AFTER=$(ip link show "$PF")
 if [ "$PF_BEFORE" = "$PF_AFTER" ] && ip -o link show "$VF0NET" >/dev/null 2>&1 && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ]; then
   pass gc
 else fail gc "$R $(cat /tmp/err)"; fi
+
+# 6. Seven ADDs on seven VFs at once all succeed; DEL all; host identical (ip -d link and the PF's VF table).
+SNAP_BEFORE=$(ip -d link show | sed 's/^[0-9]*: //' | grep -v 'altname')
+for i in 0 1 2 3 4 5 6; do ip netns add p6$i; done
+for i in 0 1 2 3 4 5 6; do
+  V=$(basename "$(readlink /sys/class/net/$PF/device/virtfn$i)")
+  C='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$V'","vlan":'$((200+i))',"trust":"on","mtu":9000}'
+  ( cni ADD c6$i /var/run/netns/p6$i net1 "$C" >/tmp/add6$i 2>&1; echo $? > /tmp/rc6$i ) &
+done
+wait
+ok6=1
+for i in 0 1 2 3 4 5 6; do [ "$(cat /tmp/rc6$i)" = 0 ] || { ok6=0; echo "VMLOG ADD6 $i: $(cat /tmp/add6$i)"; }; done
+[ "$(ip link show "$PF" | grep -c 'vlan 20[0-6]')" = 7 ] || ok6=0
+for i in 0 1 2 3 4 5 6; do
+  V=$(basename "$(readlink /sys/class/net/$PF/device/virtfn$i)")
+  C='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$V'","vlan":'$((200+i))',"trust":"on","mtu":9000}'
+  ( cni DEL c6$i /var/run/netns/p6$i net1 "$C" >/dev/null 2>&1 || echo "VMLOG DEL6 $i failed" ) &
+done
+wait
+for i in 0 1 2 3 4 5 6; do ip netns del p6$i; done
+SNAP_AFTER=$(ip -d link show | sed 's/^[0-9]*: //' | grep -v 'altname')
+[ "$SNAP_BEFORE" = "$SNAP_AFTER" ] || { ok6=0; echo "VMLOG snapshot differs after parallel DEL"; }
+[ $ok6 = 1 ] && pass parallel-7 || fail parallel-7 "see VMLOG"
+
+# 8b. vlanProto 802.1ad is refused by igb (EPROTONOSUPPORT) after the admin MAC was applied: named, rolled back.
+R=$(cni ADD c8b /var/run/netns/pod1 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$VF0'","mac":"02:00:00:00:bb:01","vlan":5,"vlanProto":"802.1ad"}')
+PF_AFTER=$(ip link show "$PF")
+case "$R" in
+  *"vlanProto 802.1ad"*) [ "$PF_BEFORE" = "$PF_AFTER" ] && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ] && pass rollback-802.1ad || fail rollback-802.1ad "state changed: $R" ;;
+  *) fail rollback-802.1ad "$R" ;;
+esac
