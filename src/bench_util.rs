@@ -20,30 +20,16 @@ impl Floor {
         let host = Netns::current()?;
         let pod = Netns::open(netns)?;
         let pod_sock = pod.socket::<Route>()?;
-        Ok(Floor {
-            dev: dev.to_string(),
-            host,
-            pod,
-            host_sock: RouteSocket::new()?,
-            pod_sock,
-        })
+        Ok(Floor { dev: dev.to_string(), host, pod, host_sock: RouteSocket::new()?, pod_sock })
     }
 
     /// One round trip in milliseconds.
     pub fn cycle(&mut self) -> std::io::Result<f64> {
         let t = Instant::now();
-        let l = self
-            .host_sock
-            .link_by_name(&self.dev)?
-            .ok_or_else(|| std::io::Error::other("device not found"))?;
-        self.host_sock
-            .move_link(l.index, self.pod.fd(), &self.dev)?;
-        let l = self
-            .pod_sock
-            .link_by_name(&self.dev)?
-            .ok_or_else(|| std::io::Error::other("device not in netns"))?;
-        self.pod_sock
-            .move_link(l.index, self.host.fd(), &self.dev)?;
+        let l = self.host_sock.link_by_name(&self.dev)?.ok_or_else(|| std::io::Error::other("device not found"))?;
+        self.host_sock.move_link(l.index, self.pod.fd(), &self.dev)?;
+        let l = self.pod_sock.link_by_name(&self.dev)?.ok_or_else(|| std::io::Error::other("device not in netns"))?;
+        self.pod_sock.move_link(l.index, self.host.fd(), &self.dev)?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
     }
 }

@@ -15,47 +15,33 @@ static LOGGER: OnceLock<Logger> = OnceLock::new();
 
 /// Sets the level and sink once per process; a log file that cannot be opened falls back to stderr.
 pub fn init(level: LogLevel, file: Option<&Path>) {
-    let file = file.and_then(
-        |p| match OpenOptions::new().create(true).append(true).open(p) {
-            Ok(f) => Some(Mutex::new(f)),
-            Err(e) => {
-                eprintln!(
-                    "sriov-rdma: opening logFile {}: {e}; logging to stderr",
-                    p.display()
-                );
-                None
-            }
-        },
-    );
+    let file = file.and_then(|p| match OpenOptions::new().create(true).append(true).open(p) {
+        Ok(f) => Some(Mutex::new(f)),
+        Err(e) => {
+            eprintln!("sriov-rdma: opening logFile {}: {e}; logging to stderr", p.display());
+            None
+        }
+    });
     let _ = LOGGER.set(Logger { level, file });
 }
 
 pub fn enabled(level: LogLevel) -> bool {
-    LOGGER
-        .get()
-        .map(|l| level <= l.level)
-        .unwrap_or(level <= LogLevel::Warning)
+    LOGGER.get().map(|l| level <= l.level).unwrap_or(level <= LogLevel::Warning)
 }
 
 pub fn write(level: LogLevel, msg: std::fmt::Arguments<'_>) {
     if !enabled(level) {
         return;
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let tag = match level {
         LogLevel::Error => "error",
         LogLevel::Warning => "warning",
         LogLevel::Info => "info",
         LogLevel::Debug => "debug",
     };
-    let line = format!(
-        "{}.{:03} sriov-rdma[{}] {tag}: {msg}\n",
-        now.as_secs(),
-        now.subsec_millis(),
-        std::process::id()
-    );
+    let line =
+        format!("{}.{:03} sriov-rdma[{}] {tag}: {msg}\n", now.as_secs(), now.subsec_millis(), std::process::id());
     match LOGGER.get().and_then(|l| l.file.as_ref()) {
         Some(f) => {
             if let Ok(mut f) = f.lock() {

@@ -19,8 +19,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn load(raw: &str, what: &Path) -> NetConf {
-    NetConf::parse(raw.as_bytes(), &HashMap::new())
-        .unwrap_or_else(|e| panic!("{}: {e}", what.display()))
+    NetConf::parse(raw.as_bytes(), &HashMap::new()).unwrap_or_else(|e| panic!("{}: {e}", what.display()))
 }
 
 #[test]
@@ -37,37 +36,25 @@ fn every_example_and_conf_is_valid() {
         match p.extension().and_then(|e| e.to_str()) {
             Some("yaml") => {
                 for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-                    let v =
-                        Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                    let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
                     match v["kind"].as_str() {
                         Some("NetworkAttachmentDefinition") => {
-                            let res = v["metadata"]["annotations"]
-                                ["k8s.v1.cni.cncf.io/resourceName"]
+                            let res = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
                                 .as_str()
                                 .expect("the NAD names the device plugin resource");
                             let cfg = v["spec"]["config"].as_str().expect("spec.config");
                             let c = load(cfg, p);
-                            assert_eq!(
-                                c.source, None,
-                                "Multus injects deviceID; the NAD must not pin one"
-                            );
+                            assert_eq!(c.source, None, "Multus injects deviceID; the NAD must not pin one");
                             // What Multus hands over: the same config with the VF's address injected.
                             let mut injected: Value = serde_json::from_str(cfg).unwrap();
                             injected["deviceID"] = Value::from("0000:3b:02.1");
                             let c = load(&injected.to_string(), p);
                             assert!(matches!(c.source, Some(VfSource::Device(_))));
-                            nads.insert(
-                                v["metadata"]["name"].as_str().unwrap().to_string(),
-                                res.to_string(),
-                            );
+                            nads.insert(v["metadata"]["name"].as_str().unwrap().to_string(), res.to_string());
                         }
                         Some("Pod") => {
-                            let net = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
-                                .as_str()
-                                .unwrap();
-                            let reqs = v["spec"]["containers"][0]["resources"]["requests"]
-                                .as_object()
-                                .unwrap();
+                            let net = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"].as_str().unwrap();
+                            let reqs = v["spec"]["containers"][0]["resources"]["requests"].as_object().unwrap();
                             for r in reqs.keys() {
                                 pods.push((net.to_string(), r.clone()));
                             }
@@ -99,11 +86,7 @@ fn every_example_and_conf_is_valid() {
         }
     }
     for (net, res) in &pods {
-        assert_eq!(
-            nads.get(net),
-            Some(res),
-            "the pod requests the resource of NAD {net}"
-        );
+        assert_eq!(nads.get(net), Some(res), "the pod requests the resource of NAD {net}");
     }
     assert!(!pods.is_empty());
     assert!(checked >= 4, "only {checked} configs found");

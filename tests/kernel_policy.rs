@@ -15,33 +15,16 @@ fn every_vf_setting_has_a_layout_the_kernel_accepts() {
         return;
     }
     let _ = sh(&["ip", "link", "del", "tkpol0"]);
-    must(&[
-        "ip", "link", "add", "tkpol0", "type", "veth", "peer", "name", "tkpol0p",
-    ]);
+    must(&["ip", "link", "add", "tkpol0", "type", "veth", "peer", "name", "tkpol0p"]);
     let mut sock = RouteSocket::new().unwrap();
     let index = sock.link_by_name("tkpol0").unwrap().unwrap().index;
-    let pf = Pf {
-        name: "tkpol0".into(),
-        index,
-    };
+    let pf = Pf { name: "tkpol0".into(), index };
     let mut ctl = NetlinkPf(&mut sock);
-    assert_eq!(
-        ctl.vf_state(&pf, 0).unwrap(),
-        None,
-        "a veth has no VF table"
-    );
+    assert_eq!(ctl.vf_state(&pf, 0).unwrap(), None, "a veth has no VF table");
     for s in [
         VfSetting::Mac("02:00:00:00:00:01".parse().unwrap()),
-        VfSetting::Vlan {
-            vlan: 100,
-            qos: 3,
-            proto: VlanProto::Dot1Q,
-        },
-        VfSetting::Vlan {
-            vlan: 100,
-            qos: 3,
-            proto: VlanProto::Dot1Ad,
-        },
+        VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q },
+        VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Ad },
         VfSetting::SpoofChk(true),
         VfSetting::Trust(true),
         VfSetting::LinkState(LinkState::Enable),

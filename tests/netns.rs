@@ -23,11 +23,7 @@ fn add_check_del_restores_name_mac_mtu_and_host_netns() {
     let (pci, vf) = bed.vfs[0].clone();
     must(&["ip", "link", "set", &vf, "mtu", "1400"]);
     let before = identity(None, &vf).unwrap();
-    let conf = conf_dev(
-        "1.1.0",
-        &pci,
-        &format!(r#","mtu":9000{}"#, static_ipam("10.77.0.2/24")),
-    );
+    let conf = conf_dev("1.1.0", &pci, &format!(r#","mtu":9000{}"#, static_ipam("10.77.0.2/24")));
 
     let add = bed.run("ADD", "c1", &ns, "net1", &conf);
     add.ok();
@@ -37,71 +33,34 @@ fn add_check_del_restores_name_mac_mtu_and_host_netns() {
     assert_eq!(r["interfaces"][0]["mtu"], 9000);
     assert_eq!(r["interfaces"][0]["pciID"], pci.as_str());
     assert_eq!(r["interfaces"][0]["mac"], before.1.as_str());
-    assert_eq!(
-        r["interfaces"][0]["sandbox"],
-        format!("/var/run/netns/{ns}")
-    );
+    assert_eq!(r["interfaces"][0]["sandbox"], format!("/var/run/netns/{ns}"));
     assert_eq!(r["ips"][0]["address"], "10.77.0.2/24");
     assert_eq!(r["ips"][0]["interface"], 0);
-    assert!(
-        add.stderr.contains("ADD c1/net1"),
-        "logs go to stderr: {}",
-        add.stderr
-    );
+    assert!(add.stderr.contains("ADD c1/net1"), "logs go to stderr: {}", add.stderr);
 
     // The kernel's view: gone from the host, in the pod as net1 with the MTU, up, with the address and route.
     assert!(link(None, &vf).is_none());
     let (name, mac, mtu, up) = identity(Some(&ns), "net1").unwrap();
-    assert_eq!(
-        (name.as_str(), mac.as_str(), mtu, up),
-        ("net1", before.1.as_str(), 9000, true)
-    );
+    assert_eq!((name.as_str(), mac.as_str(), mtu, up), ("net1", before.1.as_str(), 9000, true));
     assert_eq!(addrs(&ns, "net1"), vec!["10.77.0.2/24".to_string()]);
     assert!(must(&["ip", "-n", &ns, "route", "show", "10.78.0.0/16"]).contains("dev net1"));
     assert_eq!(bed.records().len(), 1);
     assert_eq!(bed.records()[0]["netdev"]["name"], vf.as_str());
 
-    let check_conf =
-        conf[..conf.len() - 1].to_string() + &format!(r#","prevResult":{}}}"#, add.stdout);
+    let check_conf = conf[..conf.len() - 1].to_string() + &format!(r#","prevResult":{}}}"#, add.stdout);
     bed.run("CHECK", "c1", &ns, "net1", &check_conf).ok();
 
     // CHECK really looks: a changed MTU, a removed address, a missing interface are each reported.
     must(&["ip", "-n", &ns, "link", "set", "net1", "mtu", "1500"]);
     let c = bed.run("CHECK", "c1", &ns, "net1", &check_conf);
     assert!(!c.ok);
-    assert!(
-        c.msg().contains("MTU of net1") && c.msg().contains("expected 9000"),
-        "{}",
-        c.msg()
-    );
+    assert!(c.msg().contains("MTU of net1") && c.msg().contains("expected 9000"), "{}", c.msg());
     must(&["ip", "-n", &ns, "link", "set", "net1", "mtu", "9000"]);
-    must(&[
-        "ip",
-        "-n",
-        &ns,
-        "addr",
-        "del",
-        "10.77.0.2/24",
-        "dev",
-        "net1",
-    ]);
+    must(&["ip", "-n", &ns, "addr", "del", "10.77.0.2/24", "dev", "net1"]);
     let c = bed.run("CHECK", "c1", &ns, "net1", &check_conf);
-    assert!(
-        c.msg().contains("address 10.77.0.2/24 is missing"),
-        "{}",
-        c.msg()
-    );
+    assert!(c.msg().contains("address 10.77.0.2/24 is missing"), "{}", c.msg());
     // The workload changed the MAC too: DEL must still give the original back.
-    must(&[
-        "ip",
-        "-n",
-        &ns,
-        "link",
-        "set",
-        "net1",
-        "address",
-        "02:11:22:33:44:55",
-    ]);
+    must(&["ip", "-n", &ns, "link", "set", "net1", "address", "02:11:22:33:44:55"]);
     let c = bed.run("CHECK", "c1", &ns, "net1", &check_conf);
     assert!(c.msg().contains("MAC of net1"), "{}", c.msg());
 
@@ -123,16 +82,8 @@ fn result_layout_follows_each_cni_version() {
         r.ok();
         let j = r.json();
         assert_eq!(j["cniVersion"], v);
-        assert_eq!(
-            j["ips"][0].get("version").is_some(),
-            v.starts_with("0."),
-            "{v}: {j}"
-        );
-        assert_eq!(
-            j["interfaces"][0].get("mtu").is_some(),
-            v == "1.1.0",
-            "{v}: {j}"
-        );
+        assert_eq!(j["ips"][0].get("version").is_some(), v.starts_with("0."), "{v}: {j}");
+        assert_eq!(j["interfaces"][0].get("mtu").is_some(), v == "1.1.0", "{v}: {j}");
         bed.run("DEL", "cv", &ns, "eth9", &conf).ok();
     }
 }
@@ -189,10 +140,7 @@ fn del_after_netns_deleted_restores_the_returned_netdev() {
     let _ = sh(&["ip", "link", "del", &format!("{vf}p")]); // goes with the namespace; don't wait for that
     bed.run("DEL", "c1", &ns, "pret1", &conf).ok();
     let (name, mac, mtu, up) = identity(None, &vf).expect("renamed back to the original name");
-    assert_eq!(
-        (name, mac, mtu, up),
-        (before.0.clone(), before.1.clone(), before.2, before.3)
-    );
+    assert_eq!((name, mac, mtu, up), (before.0.clone(), before.1.clone(), before.2, before.3));
     assert!(link(None, "pret1").is_none());
     assert!(bed.records().is_empty());
 }
@@ -204,19 +152,11 @@ fn ipam_failure_rolls_back_everything() {
     let ns = bed.netns();
     let (pci, vf) = bed.vfs[0].clone();
     let before = identity(None, &vf).unwrap();
-    let conf = conf_dev(
-        "1.0.0",
-        &pci,
-        r#","mtu":9000,"ipam":{"type":"static","addresses":[{"address":"not-an-ip"}]}"#,
-    );
+    let conf = conf_dev("1.0.0", &pci, r#","mtu":9000,"ipam":{"type":"static","addresses":[{"address":"not-an-ip"}]}"#);
     let r = bed.run("ADD", "c1", &ns, "net1", &conf);
     assert!(!r.ok);
     assert!(r.msg().contains("IPAM plugin static ADD"), "{}", r.msg());
-    assert_eq!(
-        identity(None, &vf),
-        Some(before),
-        "VF back on the host, name/MAC/MTU as before"
-    );
+    assert_eq!(identity(None, &vf), Some(before), "VF back on the host, name/MAC/MTU as before");
     assert!(link(Some(&ns), "net1").is_none());
     assert!(bed.records().is_empty());
     // Missing IPAM plugin: code 7 naming ipam.type, and nothing touched either.
@@ -233,17 +173,11 @@ fn name_already_taken_in_the_pod_changes_nothing() {
     let mut bed = Bed::new("tkn", 1);
     let ns = bed.netns();
     let (pci, vf) = bed.vfs[0].clone();
-    must(&[
-        "ip", "-n", &ns, "link", "add", "net1", "type", "veth", "peer", "name", "other",
-    ]);
+    must(&["ip", "-n", &ns, "link", "add", "net1", "type", "veth", "peer", "name", "other"]);
     let before = identity(None, &vf).unwrap();
     let r = bed.run("ADD", "c1", &ns, "net1", &conf_dev("1.0.0", &pci, ""));
     assert!(!r.ok);
-    assert!(
-        r.msg().contains("CNI_IFNAME net1 is already taken"),
-        "{}",
-        r.msg()
-    );
+    assert!(r.msg().contains("CNI_IFNAME net1 is already taken"), "{}", r.msg());
     assert_eq!(identity(None, &vf), Some(before));
     assert!(link(Some(&ns), "other").is_some());
     assert!(bed.records().is_empty());
@@ -256,61 +190,27 @@ fn bad_input_changes_nothing() {
     let ns = bed.netns();
     let (pci, vf) = bed.vfs[0].clone();
     let before = identity(None, &vf).unwrap();
-    let r = bed.run(
-        "ADD",
-        "c1",
-        &ns,
-        "net1",
-        &conf_dev("1.0.0", &pci, r#","vlan":5000"#),
-    );
+    let r = bed.run("ADD", "c1", &ns, "net1", &conf_dev("1.0.0", &pci, r#","vlan":5000"#));
     assert_eq!(r.code(), 7);
     assert!(r.msg().contains("vlan 5000"), "{}", r.msg());
-    let r = bed.run(
-        "ADD",
-        "c1",
-        &ns,
-        "this-name-is-too-long",
-        &conf_dev("1.0.0", &pci, ""),
-    );
+    let r = bed.run("ADD", "c1", &ns, "this-name-is-too-long", &conf_dev("1.0.0", &pci, ""));
     assert_eq!(r.code(), 4);
     assert!(r.msg().contains("CNI_IFNAME"), "{}", r.msg());
     let r = bed.run("ADD", "c1", &ns, "net1", "{");
     assert_eq!(r.code(), 6);
     let r = bed.run("ADD", "c1", &ns, "net1", &conf_dev("0.2.0", &pci, ""));
     assert_eq!(r.code(), 1);
-    let r = bed.run(
-        "ADD",
-        "c1",
-        &ns,
-        "net1",
-        &conf_dev("1.0.0", &bed.pf_pci.clone(), ""),
-    );
+    let r = bed.run("ADD", "c1", &ns, "net1", &conf_dev("1.0.0", &bed.pf_pci.clone(), ""));
     assert!(r.msg().contains("not an SR-IOV VF"), "{}", r.msg());
     // A PF-side setting on a PF without a VF table is refused before anything changes.
-    let r = bed.run(
-        "ADD",
-        "c1",
-        &ns,
-        "net1",
-        &conf_dev("1.0.0", &pci, r#","vlan":100"#),
-    );
+    let r = bed.run("ADD", "c1", &ns, "net1", &conf_dev("1.0.0", &pci, r#","vlan":100"#));
     assert!(r.msg().contains("cannot apply vlan 100"), "{}", r.msg());
-    let r = bed.run(
-        "ADD",
-        "c1",
-        "srt-no-such-ns",
-        "net1",
-        &conf_dev("1.0.0", &pci, ""),
-    );
+    let r = bed.run("ADD", "c1", "srt-no-such-ns", "net1", &conf_dev("1.0.0", &pci, ""));
     assert!(r.msg().contains("opening CNI_NETNS"), "{}", r.msg());
     assert_eq!(identity(None, &vf), Some(before));
     assert!(link(Some(&ns), "net1").is_none());
     assert!(bed.records().is_empty());
-    assert!(
-        r.stdout.starts_with('{'),
-        "the error JSON is on stdout: {}",
-        r.stdout
-    );
+    assert!(r.stdout.starts_with('{'), "the error JSON is on stdout: {}", r.stdout);
 }
 
 #[test]
@@ -338,22 +238,12 @@ fn eight_adds_in_parallel_on_eight_vfs() {
     root_only!();
     let mut bed = Bed::new("par", 8);
     let nss: Vec<String> = (0..8).map(|_| bed.netns()).collect();
-    let before: Vec<_> = bed
-        .vfs
-        .iter()
-        .map(|(_, n)| identity(None, n).unwrap())
-        .collect();
+    let before: Vec<_> = bed.vfs.iter().map(|(_, n)| identity(None, n).unwrap()).collect();
     let confs: Vec<String> = bed
         .vfs
         .iter()
         .enumerate()
-        .map(|(i, (pci, _))| {
-            conf_dev(
-                "1.0.0",
-                pci,
-                &static_ipam(&format!("10.77.0.{}/24", 10 + i)),
-            )
-        })
+        .map(|(i, (pci, _))| conf_dev("1.0.0", pci, &static_ipam(&format!("10.77.0.{}/24", 10 + i))))
         .collect();
     let runs: Vec<Run> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..8)
@@ -366,28 +256,16 @@ fn eight_adds_in_parallel_on_eight_vfs() {
     });
     for (i, r) in runs.iter().enumerate() {
         r.ok();
-        assert_eq!(
-            addrs(&nss[i], "net1"),
-            vec![format!("10.77.0.{}/24", 10 + i)]
-        );
+        assert_eq!(addrs(&nss[i], "net1"), vec![format!("10.77.0.{}/24", 10 + i)]);
     }
     assert_eq!(bed.records().len(), 8);
     std::thread::scope(|s| {
         for i in 0..8 {
             let (bed, ns, conf) = (&bed, &nss[i], &confs[i]);
-            s.spawn(move || {
-                bed.run("DEL", &format!("p{i}"), ns, "net1", conf)
-                    .ok()
-                    .stdout
-                    .len()
-            });
+            s.spawn(move || bed.run("DEL", &format!("p{i}"), ns, "net1", conf).ok().stdout.len());
         }
     });
-    let after: Vec<_> = bed
-        .vfs
-        .iter()
-        .map(|(_, n)| identity(None, n).unwrap())
-        .collect();
+    let after: Vec<_> = bed.vfs.iter().map(|(_, n)| identity(None, n).unwrap()).collect();
     assert_eq!(before, after);
     assert!(bed.records().is_empty());
 }
@@ -396,28 +274,17 @@ fn eight_adds_in_parallel_on_eight_vfs() {
 fn pf_name_allocates_the_lowest_free_vf() {
     root_only!();
     let mut bed = Bed::new("pfn", 3);
-    let conf = format!(
-        r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","pfName":"{}"}}"#,
-        bed.pf
-    );
+    let conf = format!(r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","pfName":"{}"}}"#, bed.pf);
     let nss: Vec<String> = (0..4).map(|_| bed.netns()).collect();
     let mut got = Vec::new();
     for (i, ns) in nss.iter().enumerate().take(3) {
         let r = bed.run("ADD", &format!("c{i}"), ns, "net1", &conf);
-        got.push(
-            r.ok().json()["interfaces"][0]["pciID"]
-                .as_str()
-                .map(str::to_string),
-        );
+        got.push(r.ok().json()["interfaces"][0]["pciID"].as_str().map(str::to_string));
     }
     let want: Vec<Option<String>> = bed.vfs.iter().map(|(p, _)| Some(p.clone())).collect();
     // pciID appears in 1.1.0 only: read the VF from the records instead.
     assert_eq!(got, vec![None, None, None]);
-    let mut recs: Vec<String> = bed
-        .records()
-        .iter()
-        .map(|r| r["pci"].as_str().unwrap().to_string())
-        .collect();
+    let mut recs: Vec<String> = bed.records().iter().map(|r| r["pci"].as_str().unwrap().to_string()).collect();
     recs.sort();
     assert_eq!(recs.into_iter().map(Some).collect::<Vec<_>>(), want);
     let r = bed.run("ADD", "c3", &nss[3], "net1", &conf);
@@ -426,11 +293,7 @@ fn pf_name_allocates_the_lowest_free_vf() {
     // Free the middle one: the next ADD gets exactly it.
     bed.run("DEL", "c1", &nss[1], "net1", &conf).ok();
     bed.run("ADD", "c3", &nss[3], "net1", &conf).ok();
-    let c3 = bed
-        .records()
-        .into_iter()
-        .find(|r| r["container_id"] == "c3")
-        .unwrap();
+    let c3 = bed.records().into_iter().find(|r| r["container_id"] == "c3").unwrap();
     assert_eq!(c3["pci"], bed.vfs[1].0.as_str());
     for (i, ns) in [(0, &nss[0]), (2, &nss[2]), (3, &nss[3])] {
         bed.run("DEL", &format!("c{i}"), ns, "net1", &conf).ok();
@@ -463,57 +326,27 @@ fn gc_releases_stale_attachments_only() {
     let (ns1, ns2) = (bed.netns(), bed.netns());
     let (v0, v1) = (bed.vfs[0].clone(), bed.vfs[1].clone());
     let before = identity(None, &v1.1).unwrap();
-    bed.run(
-        "ADD",
-        "live",
-        &ns1,
-        "net1",
-        &conf_dev("1.1.0", &v0.0, &static_ipam("10.77.0.20/24")),
-    )
-    .ok();
-    bed.run(
-        "ADD",
-        "stale",
-        &ns2,
-        "net1",
-        &conf_dev("1.1.0", &v1.0, &static_ipam("10.77.0.21/24")),
-    )
-    .ok();
+    bed.run("ADD", "live", &ns1, "net1", &conf_dev("1.1.0", &v0.0, &static_ipam("10.77.0.20/24"))).ok();
+    bed.run("ADD", "stale", &ns2, "net1", &conf_dev("1.1.0", &v1.0, &static_ipam("10.77.0.21/24"))).ok();
     let gc = |list: &str| {
         let conf = format!(
             r#"{{"cniVersion":"1.1.0","name":"rdma-net","type":"sriov-rdma","cni.dev/valid-attachments":{list}}}"#
         );
         bed.run_env(
-            &[
-                ("CNI_COMMAND".to_string(), "GC".to_string()),
-                ("CNI_PATH".into(), CNI_PATH.into()),
-            ]
-            .into_iter()
-            .collect(),
+            &[("CNI_COMMAND".to_string(), "GC".to_string()), ("CNI_PATH".into(), CNI_PATH.into())]
+                .into_iter()
+                .collect(),
             &conf,
         )
     };
     gc(r#"[{"containerID":"live","ifname":"net1"}]"#).ok();
-    assert_eq!(
-        identity(None, &v1.1),
-        Some(before),
-        "the stale VF is back on the host"
-    );
+    assert_eq!(identity(None, &v1.1), Some(before), "the stale VF is back on the host");
     assert!(link(Some(&ns2), "net1").is_none());
-    assert!(
-        link(Some(&ns1), "net1").is_some(),
-        "the live one is untouched"
-    );
+    assert!(link(Some(&ns1), "net1").is_some(), "the live one is untouched");
     assert_eq!(bed.records().len(), 1);
     // Other networks' records are never touched by this network's GC.
     let other = r#"{"cniVersion":"1.1.0","name":"other-net","type":"sriov-rdma","cni.dev/valid-attachments":[]}"#;
-    bed.run_env(
-        &[("CNI_COMMAND".to_string(), "GC".to_string())]
-            .into_iter()
-            .collect(),
-        other,
-    )
-    .ok();
+    bed.run_env(&[("CNI_COMMAND".to_string(), "GC".to_string())].into_iter().collect(), other).ok();
     assert_eq!(bed.records().len(), 1);
     gc("[]").ok();
     assert!(bed.records().is_empty());
@@ -525,12 +358,7 @@ fn status_and_version() {
     root_only!();
     let bed = Bed::new("sts", 1);
     let env = |cmd: &str| -> std::collections::HashMap<String, String> {
-        [
-            ("CNI_COMMAND".to_string(), cmd.to_string()),
-            ("CNI_PATH".into(), CNI_PATH.into()),
-        ]
-        .into_iter()
-        .collect()
+        [("CNI_COMMAND".to_string(), cmd.to_string()), ("CNI_PATH".into(), CNI_PATH.into())].into_iter().collect()
     };
     let good = format!(
         r#"{{"cniVersion":"1.1.0","name":"n","type":"sriov-rdma","pfName":"{}","ipam":{{"type":"host-local"}}}}"#,
@@ -539,27 +367,17 @@ fn status_and_version() {
     let r = bed.run_env(&env("STATUS"), &good);
     r.ok();
     assert!(r.stdout.is_empty());
-    let r = bed.run_env(
-        &env("STATUS"),
-        r#"{"cniVersion":"1.1.0","name":"n","type":"sriov-rdma","pfName":"nosuchpf0"}"#,
-    );
+    let r =
+        bed.run_env(&env("STATUS"), r#"{"cniVersion":"1.1.0","name":"n","type":"sriov-rdma","pfName":"nosuchpf0"}"#);
     assert_eq!(r.code(), 50);
     assert!(r.msg().contains("nosuchpf0"), "{}", r.msg());
-    let r = bed.run_env(
-        &env("STATUS"),
-        r#"{"cniVersion":"1.1.0","name":"n","type":"sriov-rdma","ipam":{"type":"nope"}}"#,
-    );
+    let r =
+        bed.run_env(&env("STATUS"), r#"{"cniVersion":"1.1.0","name":"n","type":"sriov-rdma","ipam":{"type":"nope"}}"#);
     assert_eq!(r.code(), 50);
-    let r = bed.run_env(
-        &env("STATUS"),
-        r#"{"cniVersion":"1.0.0","name":"n","type":"sriov-rdma"}"#,
-    );
+    let r = bed.run_env(&env("STATUS"), r#"{"cniVersion":"1.0.0","name":"n","type":"sriov-rdma"}"#);
     assert_eq!(r.code(), 1, "STATUS needs 1.1.0");
     let r = bed.run_env(&env("VERSION"), r#"{"cniVersion":"0.4.0"}"#);
     let v = r.ok().json();
     assert_eq!(v["cniVersion"], "0.4.0");
-    assert_eq!(
-        v["supportedVersions"],
-        serde_json::json!(["0.3.1", "0.4.0", "1.0.0", "1.1.0"])
-    );
+    assert_eq!(v["supportedVersions"], serde_json::json!(["0.3.1", "0.4.0", "1.0.0", "1.1.0"]));
 }

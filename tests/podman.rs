@@ -64,32 +64,12 @@ fn podman_run_rm_attaches_and_gives_back_the_vf() {
         std::os::unix::fs::symlink("busybox", root.join(a)).unwrap();
     }
     let tar = bed.dir.join("rootfs.tar");
-    must(&[
-        "tar",
-        "-C",
-        bed.dir.join("rootfs").to_str().unwrap(),
-        "-cf",
-        tar.to_str().unwrap(),
-        ".",
-    ]);
+    must(&["tar", "-C", bed.dir.join("rootfs").to_str().unwrap(), "-cf", tar.to_str().unwrap(), "."]);
     let podman = |args: &[&str]| {
-        Command::new("podman")
-            .env("CONTAINERS_CONF", &conf)
-            .args(args)
-            .output()
-            .expect("running podman")
+        Command::new("podman").env("CONTAINERS_CONF", &conf).args(args).output().expect("running podman")
     };
-    let out = podman(&[
-        "import",
-        "-q",
-        tar.to_str().unwrap(),
-        "localhost/sriov-rdma-it:1",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = podman(&["import", "-q", tar.to_str().unwrap(), "localhost/sriov-rdma-it:1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let (pci0, vf0) = bed.vfs[0].clone();
     let before = identity(None, &vf0).unwrap();
@@ -107,18 +87,10 @@ fn podman_run_rm_attaches_and_gives_back_the_vf() {
         "ip -o link show eth0; ip -o addr show eth0",
     ]);
     let seen = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{seen} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{seen} {}", String::from_utf8_lossy(&out.stderr));
     // Inside the container: the lowest free VF of the PF, renamed to eth0, MTU 9000, with its address.
     assert!(seen.contains("eth0") && seen.contains("mtu 9000"), "{seen}");
-    assert!(
-        seen.contains(before.1.as_str()),
-        "the VF's MAC {}: {seen}",
-        before.1
-    );
+    assert!(seen.contains(before.1.as_str()), "the VF's MAC {}: {seen}", before.1);
     assert!(seen.contains("10.88.51."), "{seen}");
     // After --rm: back on the host as before, no record left.
     assert_eq!(identity(None, &vf0), Some(before), "VF {pci0} given back");

@@ -18,46 +18,27 @@ const PF_PCI: &str = "0000:5e:00.0";
 const CNI_PATH: &str = "/usr/lib/cni";
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip {args:?}: {e}"))?;
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip {args:?}: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(format!("ip {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
     }
 }
 
 fn setup(dir: &Path) -> Result<(), String> {
     cleanup(dir);
-    ip(&[
-        "link", "add", "bnchpf", "type", "veth", "peer", "name", "bnchpfp",
-    ])?;
-    ip(&[
-        "link", "add", DEV, "type", "veth", "peer", "name", "bnchv0p",
-    ])?;
+    ip(&["link", "add", "bnchpf", "type", "veth", "peer", "name", "bnchpfp"])?;
+    ip(&["link", "add", DEV, "type", "veth", "peer", "name", "bnchv0p"])?;
     ip(&["netns", "add", NS])?;
     let dev = |p: &str| dir.join("sys/bus/pci/devices").join(p);
     let mk = |r: std::io::Result<()>| r.map_err(|e| format!("building the fake sysfs tree: {e}"));
     mk(std::fs::create_dir_all(dev(PF_PCI).join("net/bnchpf")))?;
     mk(std::fs::create_dir_all(dev(PCI).join("net").join(DEV)))?;
     mk(std::fs::write(dev(PF_PCI).join("sriov_totalvfs"), "1\n"))?;
-    mk(std::os::unix::fs::symlink(
-        format!("../{PF_PCI}"),
-        dev(PCI).join("physfn"),
-    ))?;
-    mk(std::os::unix::fs::symlink(
-        format!("../{PCI}"),
-        dev(PF_PCI).join("virtfn0"),
-    ))?;
-    mk(std::os::unix::fs::symlink(
-        "../../../bus/pci/drivers/igbvf",
-        dev(PCI).join("driver"),
-    ))?;
+    mk(std::os::unix::fs::symlink(format!("../{PF_PCI}"), dev(PCI).join("physfn")))?;
+    mk(std::os::unix::fs::symlink(format!("../{PCI}"), dev(PF_PCI).join("virtfn0")))?;
+    mk(std::os::unix::fs::symlink("../../../bus/pci/drivers/igbvf", dev(PCI).join("driver")))?;
     Ok(())
 }
 
@@ -94,11 +75,7 @@ fn invoke(plugin: &Path, env: &HashMap<&str, String>, conf: &str) -> Result<i64,
     // SAFETY: waits for our own child, writing into the two locals.
     let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
     if r < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        return Err(format!(
-            "{} {}: {out} {err}",
-            plugin.display(),
-            env["CNI_COMMAND"]
-        ));
+        return Err(format!("{} {}: {out} {err}", plugin.display(), env["CNI_COMMAND"]));
     }
     Ok(ru.ru_maxrss)
 }
@@ -112,10 +89,7 @@ struct Case {
 }
 
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+    let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(30);
     let dir = std::env::temp_dir().join("sriov-rdma-bench");
     if let Err(e) = run(n, &dir) {
         eprintln!("cni-bench: {e}");
@@ -136,36 +110,22 @@ fn run(n: usize, dir: &Path) -> Result<(), String> {
     env.insert("CNI_IFNAME", "net1".into());
     env.insert("CNI_PATH", CNI_PATH.into());
     env.insert("SRIOV_RDMA_SYSFS", dir.join("sys").display().to_string());
-    env.insert(
-        "SRIOV_RDMA_STATE_DIR",
-        dir.join("state").display().to_string(),
-    );
-    let base = format!(
-        r#""cniVersion":"1.0.0","name":"bench","type":"sriov-rdma","deviceID":"{PCI}","logLevel":"error""#
-    );
+    env.insert("SRIOV_RDMA_STATE_DIR", dir.join("state").display().to_string());
+    let base =
+        format!(r#""cniVersion":"1.0.0","name":"bench","type":"sriov-rdma","deviceID":"{PCI}","logLevel":"error""#);
     let mut cases = [
-        Case {
-            name: "sriov-rdma ADD+DEL",
-            plugin: plugin.clone(),
-            conf: format!("{{{base}}}"),
-            times: vec![],
-            rss: 0,
-        },
+        Case { name: "sriov-rdma ADD+DEL", plugin: plugin.clone(), conf: format!("{{{base}}}"), times: vec![], rss: 0 },
         Case {
             name: "sriov-rdma ADD+DEL, static IPAM",
             plugin: plugin.clone(),
-            conf: format!(
-                r#"{{{base},"ipam":{{"type":"static","addresses":[{{"address":"10.99.0.2/24"}}]}}}}"#
-            ),
+            conf: format!(r#"{{{base},"ipam":{{"type":"static","addresses":[{{"address":"10.99.0.2/24"}}]}}}}"#),
             times: vec![],
             rss: 0,
         },
         Case {
             name: "host-device ADD+DEL (Debian)",
             plugin: Path::new(CNI_PATH).join("host-device"),
-            conf: format!(
-                r#"{{"cniVersion":"1.0.0","name":"bench","type":"host-device","device":"{DEV}"}}"#
-            ),
+            conf: format!(r#"{{"cniVersion":"1.0.0","name":"bench","type":"host-device","device":"{DEV}"}}"#),
             times: vec![],
             rss: 0,
         },
@@ -193,10 +153,7 @@ fn run(n: usize, dir: &Path) -> Result<(), String> {
     }
     let fm = bench_util::median(&mut floor_times.clone());
     println!("ADD+DEL cycle on a stand-in VF (veth), {n} rounds, cases interleaved in each round");
-    println!(
-        "{:<34} {:>10} {:>8} {:>10} {:>13}",
-        "case", "median ms", "p90 ms", "vs floor", "peak RSS KiB"
-    );
+    println!("{:<34} {:>10} {:>8} {:>10} {:>13}", "case", "median ms", "p90 ms", "vs floor", "peak RSS KiB");
     println!(
         "{:<34} {:>10.2} {:>8.2} {:>10} {:>13}",
         "kernel floor (raw netlink in+out)",

@@ -30,10 +30,7 @@ impl Version {
             other => {
                 return Err(CniError::new(
                     Code::IncompatibleVersion,
-                    format!(
-                        "cniVersion {other:?} is not supported (supported: {})",
-                        SUPPORTED_VERSIONS.join(", ")
-                    ),
+                    format!("cniVersion {other:?} is not supported (supported: {})", SUPPORTED_VERSIONS.join(", ")),
                 ))
             }
         })
@@ -90,6 +87,22 @@ pub struct VfSettings {
     pub link_state: Option<LinkState>,
     pub min_tx_rate: Option<u32>,
     pub max_tx_rate: Option<u32>,
+    /// InfiniBand node and port GUID of the VF.
+    #[serde(default)]
+    pub guid: Option<u64>,
+}
+
+/// What to do with the VF's RDMA device (`rdma`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RdmaPolicy {
+    /// Move it into the pod when the host is in exclusive mode; otherwise leave it and say why.
+    #[default]
+    Auto,
+    /// Require an RDMA device, exclusive mode and a RoCE GID for the pod address.
+    Isolated,
+    /// Never touch RDMA.
+    Off,
 }
 
 /// Where the VF comes from: an address the device plugin gave, or a PF to pick a free VF of.
@@ -117,6 +130,9 @@ pub struct NetConf {
     pub source: Option<VfSource>,
     pub vf: VfSettings,
     pub mtu: Option<u32>,
+    pub rdma: RdmaPolicy,
+    /// `runtimeConfig.CNIDeviceInfoFile`: where Multus wants the NPWG device-info file.
+    pub device_info_file: Option<PathBuf>,
     pub ipam: Option<Ipam>,
     pub dns: Option<Value>,
     pub log_level: LogLevel,
@@ -180,16 +196,27 @@ fn parse_pci(key: &str, s: &str) -> CniResult<PciAddr> {
     PciAddr::parse(s).map_err(|why| bad(key, &Value::from(s), &why))
 }
 
+/// A GUID as `00:11:22:33:44:55:66:77`; all-zero and all-FF are not GUIDs.
+fn parse_guid(key: &str, s: &str) -> CniResult<u64> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let bad_guid = || bad(key, &Value::from(s), "is not a GUID like 00:11:22:33:44:55:66:77");
+    if parts.len() != 8 || parts.iter().any(|p| p.len() != 2) {
+        return Err(bad_guid());
+    }
+    let mut g = 0u64;
+    for p in parts {
+        g = (g << 8) | u64::from(u8::from_str_radix(p, 16).map_err(|_| bad_guid())?);
+    }
+    if g == 0 || g == u64::MAX {
+        return Err(bad(key, &Value::from(s), "must not be all zeros or all FF"));
+    }
+    Ok(g)
+}
+
 fn parse_mac(key: &str, s: &str) -> CniResult<Mac> {
-    let mac: Mac = s
-        .parse()
-        .map_err(|why: String| bad(key, &Value::from(s), &why))?;
+    let mac: Mac = s.parse().map_err(|why: String| bad(key, &Value::from(s), &why))?;
     if mac.is_multicast() || mac.is_zero() {
-        return Err(bad(
-            key,
-            &Value::from(s),
-            "must be a unicast, non-zero MAC address",
-        ));
+        return Err(bad(key, &Value::from(s), "must be a unicast, non-zero MAC address"));
     }
     Ok(mac)
 }
@@ -197,17 +224,10 @@ fn parse_mac(key: &str, s: &str) -> CniResult<Mac> {
 impl NetConf {
     /// Decodes and validates the configuration. `args` is CNI_ARGS, which may carry `deviceID` and `MAC`.
     pub fn parse(raw: &[u8], args: &HashMap<String, String>) -> CniResult<NetConf> {
-        let value: Value = serde_json::from_slice(raw).map_err(|e| {
-            CniError::new(
-                Code::Decode,
-                format!("decoding the network configuration: {e}"),
-            )
-        })?;
+        let value: Value = serde_json::from_slice(raw)
+            .map_err(|e| CniError::new(Code::Decode, format!("decoding the network configuration: {e}")))?;
         let Value::Object(map) = &value else {
-            return Err(CniError::new(
-                Code::Decode,
-                "the network configuration is not a JSON object",
-            ));
+            return Err(CniError::new(Code::Decode, "the network configuration is not a JSON object"));
         };
         let k = Keys(map);
         let version = match k.str("cniVersion")? {
@@ -221,13 +241,7 @@ impl NetConf {
         let rc = k.obj("runtimeConfig")?;
 
         // deviceID: runtimeConfig, then top level (Multus), then CNI_ARGS.
-        let device = match (
-            rc.as_ref()
-                .map(|r| r.str("deviceID"))
-                .transpose()?
-                .flatten(),
-            k.str("deviceID")?,
-        ) {
+        let device = match (rc.as_ref().map(|r| r.str("deviceID")).transpose()?.flatten(), k.str("deviceID")?) {
             (Some(d), _) => Some(parse_pci("runtimeConfig.deviceID", d)?),
             (None, Some(d)) => Some(parse_pci("deviceID", d)?),
             (None, None) => match args.get("deviceID") {
@@ -249,10 +263,7 @@ impl NetConf {
         };
 
         // mac: top level, then runtimeConfig, then CNI_ARGS MAC.
-        let mac = match (
-            k.str("mac")?,
-            rc.as_ref().map(|r| r.str("mac")).transpose()?.flatten(),
-        ) {
+        let mac = match (k.str("mac")?, rc.as_ref().map(|r| r.str("mac")).transpose()?.flatten()) {
             (Some(m), _) => Some(parse_mac("mac", m)?),
             (None, Some(m)) => Some(parse_mac("runtimeConfig.mac", m)?),
             (None, None) => match args.get("MAC") {
@@ -267,13 +278,7 @@ impl NetConf {
             None => None,
             Some("802.1q") | Some("802.1Q") => Some(VlanProto::Dot1Q),
             Some("802.1ad") | Some("802.1AD") => Some(VlanProto::Dot1Ad),
-            Some(s) => {
-                return Err(bad(
-                    "vlanProto",
-                    &Value::from(s),
-                    "must be \"802.1q\" or \"802.1ad\"",
-                ))
-            }
+            Some(s) => return Err(bad("vlanProto", &Value::from(s), "must be \"802.1q\" or \"802.1ad\"")),
         };
         if vlan.is_none() {
             if let Some(q) = k.get("vlanQoS") {
@@ -288,26 +293,34 @@ impl NetConf {
             Some("auto") => Some(LinkState::Auto),
             Some("enable") => Some(LinkState::Enable),
             Some("disable") => Some(LinkState::Disable),
-            Some(s) => {
-                return Err(bad(
-                    "link_state",
-                    &Value::from(s),
-                    "must be \"auto\", \"enable\" or \"disable\"",
-                ))
-            }
+            Some(s) => return Err(bad("link_state", &Value::from(s), "must be \"auto\", \"enable\" or \"disable\"")),
         };
         let min_tx_rate = k.int("min_tx_rate", 0, u32::MAX as i64)?.map(|v| v as u32);
         let max_tx_rate = k.int("max_tx_rate", 0, u32::MAX as i64)?.map(|v| v as u32);
         if let (Some(min), Some(max)) = (min_tx_rate, max_tx_rate) {
             if max != 0 && min > max {
-                return Err(bad(
-                    "min_tx_rate",
-                    &Value::from(min),
-                    &format!("is greater than max_tx_rate {max}"),
-                ));
+                return Err(bad("min_tx_rate", &Value::from(min), &format!("is greater than max_tx_rate {max}")));
             }
         }
+        // infinibandGUID: runtimeConfig (capability), then CNI_ARGS guid.
+        let guid = match (rc.as_ref().map(|r| r.str("infinibandGUID")).transpose()?.flatten(), args.get("guid")) {
+            (Some(g), _) => Some(parse_guid("runtimeConfig.infinibandGUID", g)?),
+            (None, Some(g)) => Some(parse_guid("CNI_ARGS guid", g)?),
+            (None, None) => None,
+        };
+        let rdma = match k.str("rdma")? {
+            None | Some("auto") => RdmaPolicy::Auto,
+            Some("isolated") => RdmaPolicy::Isolated,
+            Some("off") => RdmaPolicy::Off,
+            Some(s) => return Err(bad("rdma", &Value::from(s), "must be \"auto\", \"isolated\" or \"off\"")),
+        };
+        let device_info_file = match rc.as_ref().map(|r| r.str("CNIDeviceInfoFile")).transpose()?.flatten() {
+            Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
+            Some(p) => return Err(bad("runtimeConfig.CNIDeviceInfoFile", &Value::from(p), "must be an absolute path")),
+            None => None,
+        };
         let vf = VfSettings {
+            guid,
             mac,
             vlan,
             vlan_qos,
@@ -323,12 +336,8 @@ impl NetConf {
         let ipam = match k.obj("ipam")? {
             None => None,
             Some(i) => match i.str("type") {
-                Ok(Some(t)) if !t.is_empty() && !t.contains('/') => Some(Ipam {
-                    kind: t.to_string(),
-                }),
-                Ok(Some(t)) => {
-                    return Err(bad("ipam.type", &Value::from(t), "is not a plugin name"))
-                }
+                Ok(Some(t)) if !t.is_empty() && !t.contains('/') => Some(Ipam { kind: t.to_string() }),
+                Ok(Some(t)) => return Err(bad("ipam.type", &Value::from(t), "is not a plugin name")),
                 Ok(None) if i.0.is_empty() => None,
                 Ok(None) => return Err(CniError::config("ipam.type is missing")),
                 Err(e) => return Err(e.context("ipam")),
@@ -340,22 +349,12 @@ impl NetConf {
             Some("warning") => LogLevel::Warning,
             Some("debug") => LogLevel::Debug,
             Some(s) => {
-                return Err(bad(
-                    "logLevel",
-                    &Value::from(s),
-                    "must be \"error\", \"warning\", \"info\" or \"debug\"",
-                ))
+                return Err(bad("logLevel", &Value::from(s), "must be \"error\", \"warning\", \"info\" or \"debug\""))
             }
         };
-        let log_file = k
-            .str("logFile")?
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from);
+        let log_file = k.str("logFile")?.filter(|s| !s.is_empty()).map(PathBuf::from);
 
-        let valid_attachments = match k
-            .get("cni.dev/valid-attachments")
-            .or_else(|| k.get("cni.dev/attachments"))
-        {
+        let valid_attachments = match k.get("cni.dev/valid-attachments").or_else(|| k.get("cni.dev/attachments")) {
             None => None,
             Some(v) => Some(parse_attachments(v)?),
         };
@@ -366,6 +365,8 @@ impl NetConf {
             source,
             vf,
             mtu,
+            rdma,
+            device_info_file,
             ipam,
             dns: k.get("dns").cloned(),
             log_level,
@@ -382,17 +383,9 @@ impl NetConf {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        for ip in prev
-            .get("ips")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for ip in prev.get("ips").and_then(Value::as_array).into_iter().flatten() {
             if let Some(a) = ip.get("address").and_then(Value::as_str) {
-                out.push(
-                    a.parse()
-                        .map_err(|e: String| CniError::config(format!("prevResult ips: {e}")))?,
-                );
+                out.push(a.parse().map_err(|e: String| CniError::config(format!("prevResult ips: {e}")))?);
             }
         }
         Ok(out)
@@ -410,10 +403,9 @@ fn parse_attachments(v: &Value) -> CniResult<Vec<AttachmentRef>> {
             let id = item.get("containerID").and_then(Value::as_str);
             let ifname = item.get("ifname").and_then(Value::as_str);
             match (id, ifname) {
-                (Some(id), Some(ifname)) => Ok(AttachmentRef {
-                    container_id: id.to_string(),
-                    ifname: ifname.to_string(),
-                }),
+                (Some(id), Some(ifname)) => {
+                    Ok(AttachmentRef { container_id: id.to_string(), ifname: ifname.to_string() })
+                }
                 _ => Err(bad(key, item, "each entry needs containerID and ifname")),
             }
         })
@@ -424,11 +416,7 @@ fn parse_attachments(v: &Value) -> CniResult<Vec<AttachmentRef>> {
 pub fn sniff_version(raw: &[u8]) -> String {
     serde_json::from_slice::<Value>(raw)
         .ok()
-        .and_then(|v| {
-            v.get("cniVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
+        .and_then(|v| v.get("cniVersion").and_then(Value::as_str).map(str::to_string))
         .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
         .unwrap_or_else(|| "1.1.0".to_string())
 }
@@ -442,9 +430,7 @@ mod tests {
     }
 
     fn with(extra: &str) -> String {
-        format!(
-            r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","deviceID":"0000:3b:02.1"{extra}}}"#
-        )
+        format!(r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","deviceID":"0000:3b:02.1"{extra}}}"#)
     }
 
     #[test]
@@ -457,10 +443,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.version, Version::V1_0_0);
-        assert_eq!(
-            c.source,
-            Some(VfSource::Device(PciAddr::parse("0000:3b:02.1").unwrap()))
-        );
+        assert_eq!(c.source, Some(VfSource::Device(PciAddr::parse("0000:3b:02.1").unwrap())));
         assert_eq!(c.vf.vlan, Some(100));
         assert_eq!(c.vf.vlan_qos, Some(3));
         assert_eq!(c.vf.vlan_proto, Some(VlanProto::Dot1Q));
@@ -488,30 +471,14 @@ mod tests {
             (r#","trust":true"#, "trust", "true"),
             (r#","link_state":"up""#, "link_state", "up"),
             (r#","min_tx_rate":-1"#, "min_tx_rate", "-1"),
-            (
-                r#","min_tx_rate":200,"max_tx_rate":100"#,
-                "min_tx_rate",
-                "200",
-            ),
+            (r#","min_tx_rate":200,"max_tx_rate":100"#, "min_tx_rate", "200"),
             (r#","mtu":20"#, "mtu", "20"),
             (r#","ipam":{"type":"../x"}"#, "ipam.type", "../x"),
-            (
-                r#","ipam":{"subnet":"10.0.0.0/24"}"#,
-                "ipam.type",
-                "missing",
-            ),
+            (r#","ipam":{"subnet":"10.0.0.0/24"}"#, "ipam.type", "missing"),
             (r#","logLevel":"trace""#, "logLevel", "trace"),
             (r#","pfName":"""#, "pfName", "empty"),
-            (
-                r#","runtimeConfig":{"deviceID":"3b:02"}"#,
-                "runtimeConfig.deviceID",
-                "3b:02",
-            ),
-            (
-                r#","cni.dev/valid-attachments":[{"containerID":"a"}]"#,
-                "valid-attachments",
-                "ifname",
-            ),
+            (r#","runtimeConfig":{"deviceID":"3b:02"}"#, "runtimeConfig.deviceID", "3b:02"),
+            (r#","cni.dev/valid-attachments":[{"containerID":"a"}]"#, "valid-attachments", "ifname"),
         ] {
             let err = parse(&with(extra)).unwrap_err();
             assert_eq!(err.code, Code::InvalidConfig, "{extra}: {err}");
@@ -530,10 +497,7 @@ mod tests {
         let e = parse(r#"{"cniVersion":"1.0.0"}"#).unwrap_err();
         assert_eq!(e.code, Code::InvalidConfig);
         assert!(e.msg.contains("name"));
-        assert_eq!(
-            parse(r#"{"name":"n"}"#).unwrap_err().code,
-            Code::InvalidConfig
-        );
+        assert_eq!(parse(r#"{"name":"n"}"#).unwrap_err().code, Code::InvalidConfig);
     }
 
     #[test]
@@ -549,35 +513,39 @@ mod tests {
         let c = NetConf::parse(top.as_bytes(), &args).unwrap();
         assert_eq!(dev(&c), "0000:3b:02.1");
         assert_eq!(c.vf.mac.unwrap().to_string(), "02:00:00:00:00:02");
-        let c = NetConf::parse(
-            br#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:3b:02.2"}"#,
-            &args,
-        )
-        .unwrap();
+        let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","deviceID":"0000:3b:02.2"}"#, &args).unwrap();
         assert_eq!(dev(&c), "0000:3b:02.2");
         assert_eq!(c.vf.mac.unwrap().to_string(), "02:00:00:00:00:03");
-        let c = NetConf::parse(
-            br#"{"cniVersion":"1.0.0","name":"n","pfName":"ens1f0"}"#,
-            &args,
-        )
-        .unwrap();
+        let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","pfName":"ens1f0"}"#, &args).unwrap();
         assert_eq!(dev(&c), "0000:3b:02.3");
-        let c = NetConf::parse(
-            br#"{"cniVersion":"1.0.0","name":"n","pfName":"ens1f0"}"#,
-            &HashMap::new(),
-        )
-        .unwrap();
+        let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","pfName":"ens1f0"}"#, &HashMap::new()).unwrap();
         assert_eq!(c.source, Some(VfSource::Pf("ens1f0".into())));
         let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","mac":"02:00:00:00:00:09","runtimeConfig":{"mac":"02:00:00:00:00:02"}}"#, &args).unwrap();
         assert_eq!(c.vf.mac.unwrap().to_string(), "02:00:00:00:00:09");
     }
 
     #[test]
-    fn gc_attachments_accept_both_keys() {
+    fn rdma_guid_and_device_info_keys() {
+        let c = parse(&with("")).unwrap();
+        assert_eq!(c.rdma, RdmaPolicy::Auto);
+        assert_eq!(c.vf.guid, None);
         let c = parse(&with(
-            r#","cni.dev/attachments":[{"containerID":"a","ifname":"net1"}]"#,
+            r#","rdma":"isolated","runtimeConfig":{"infinibandGUID":"00:11:22:33:44:55:66:77","CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/x.json"}"#,
         ))
         .unwrap();
+        assert_eq!(c.rdma, RdmaPolicy::Isolated);
+        assert_eq!(c.vf.guid, Some(0x0011_2233_4455_6677));
+        assert_eq!(c.device_info_file.unwrap().to_str(), Some("/var/run/k8s.cni.cncf.io/devinfo/x.json"));
+        let mut args = HashMap::new();
+        args.insert("guid".to_string(), "02:00:00:00:00:00:00:01".to_string());
+        let c = NetConf::parse(with(r#","rdma":"off""#).as_bytes(), &args).unwrap();
+        assert_eq!(c.vf.guid, Some(0x0200_0000_0000_0001));
+        assert_eq!(c.rdma, RdmaPolicy::Off);
+    }
+
+    #[test]
+    fn gc_attachments_accept_both_keys() {
+        let c = parse(&with(r#","cni.dev/attachments":[{"containerID":"a","ifname":"net1"}]"#)).unwrap();
         assert_eq!(c.valid_attachments.unwrap()[0].container_id, "a");
         let c = parse(&with(r#","cni.dev/valid-attachments":[]"#)).unwrap();
         assert_eq!(c.valid_attachments, Some(vec![]));

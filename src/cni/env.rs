@@ -56,11 +56,7 @@ pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> CniResult<CniEnv> {
         netns: var("CNI_NETNS"),
         ifname: var("CNI_IFNAME"),
         args: parse_args(&var("CNI_ARGS"))?,
-        path: var("CNI_PATH")
-            .split(':')
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .collect(),
+        path: var("CNI_PATH").split(':').filter(|p| !p.is_empty()).map(PathBuf::from).collect(),
     };
     let per_attachment = matches!(command, Command::Add | Command::Del | Command::Check);
     if per_attachment {
@@ -81,11 +77,7 @@ pub fn parse_args(s: &str) -> CniResult<HashMap<String, String>> {
             Some((k, v)) if !k.is_empty() => {
                 out.insert(k.to_string(), v.to_string());
             }
-            _ => {
-                return Err(CniError::env(format!(
-                    "CNI_ARGS entry {pair:?} is not KEY=VALUE"
-                )))
-            }
+            _ => return Err(CniError::env(format!("CNI_ARGS entry {pair:?} is not KEY=VALUE"))),
         }
     }
     Ok(out)
@@ -133,10 +125,7 @@ mod tests {
     use crate::cni::error::Code;
 
     fn env(vars: &[(&str, &str)]) -> CniResult<CniEnv> {
-        let m: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         from_vars(|k| m.get(k).cloned())
     }
 
@@ -150,10 +139,7 @@ mod tests {
     ];
 
     fn with(k: &str, v: &str) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = OK
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
+        let mut out: Vec<(String, String)> = OK.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
         out.retain(|(a, _)| a != k);
         out.push((k.to_string(), v.to_string()));
         out

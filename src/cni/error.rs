@@ -27,11 +27,7 @@ pub struct CniError {
 
 impl CniError {
     pub fn new(code: Code, msg: impl Into<String>) -> Self {
-        CniError {
-            code,
-            msg: msg.into(),
-            details: String::new(),
-        }
+        CniError { code, msg: msg.into(), details: String::new() }
     }
 
     pub fn with_details(mut self, details: impl Into<String>) -> Self {
@@ -68,17 +64,9 @@ impl CniError {
             #[serde(skip_serializing_if = "str::is_empty")]
             details: &'a str,
         }
-        let out = Out {
-            cni_version,
-            code: self.code as u32,
-            msg: &self.msg,
-            details: &self.details,
-        };
+        let out = Out { cni_version, code: self.code as u32, msg: &self.msg, details: &self.details };
         serde_json::to_string(&out).unwrap_or_else(|_| {
-            format!(
-                "{{\"cniVersion\":\"{cni_version}\",\"code\":{},\"msg\":\"error\"}}",
-                self.code as u32
-            )
+            format!("{{\"cniVersion\":\"{cni_version}\",\"code\":{},\"msg\":\"error\"}}", self.code as u32)
         })
     }
 }
@@ -124,12 +112,8 @@ mod tests {
 
     #[test]
     fn context_prefixes_the_message() {
-        let e = CniError::io("EBUSY")
-            .context("moving VF 0000:3b:02.1 (ens1f0v1) into /var/run/netns/x");
-        assert_eq!(
-            e.msg,
-            "moving VF 0000:3b:02.1 (ens1f0v1) into /var/run/netns/x: EBUSY"
-        );
+        let e = CniError::io("EBUSY").context("moving VF 0000:3b:02.1 (ens1f0v1) into /var/run/netns/x");
+        assert_eq!(e.msg, "moving VF 0000:3b:02.1 (ens1f0v1) into /var/run/netns/x: EBUSY");
         assert_eq!(e.code, Code::Io);
     }
 }

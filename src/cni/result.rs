@@ -37,10 +37,7 @@ pub struct AttachResult {
 }
 
 fn decode_err(what: &str, e: impl std::fmt::Display) -> CniError {
-    CniError::new(
-        Code::Decode,
-        format!("decoding the IPAM result: {what}: {e}"),
-    )
+    CniError::new(Code::Decode, format!("decoding the IPAM result: {what}: {e}"))
 }
 
 impl AttachResult {
@@ -61,12 +58,7 @@ impl AttachResult {
             };
             r.ips.push(IpConfig { address, gateway });
         }
-        for rt in v
-            .get("routes")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for rt in v.get("routes").and_then(Value::as_array).into_iter().flatten() {
             let dst = rt
                 .get("dst")
                 .and_then(Value::as_str)
@@ -80,10 +72,7 @@ impl AttachResult {
             let priority = rt.get("priority").and_then(Value::as_u64).map(|p| p as u32);
             r.routes.push(Route { dst, gw, priority });
         }
-        r.dns = v
-            .get("dns")
-            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()))
-            .cloned();
+        r.dns = v.get("dns").filter(|d| d.as_object().is_some_and(|o| !o.is_empty())).cloned();
         Ok(r)
     }
 
@@ -118,10 +107,7 @@ impl AttachResult {
             .map(|ip| {
                 let mut o = Map::new();
                 if version < Version::V1_0_0 {
-                    o.insert(
-                        "version".into(),
-                        json!(if ip.address.addr.is_ipv4() { "4" } else { "6" }),
-                    );
+                    o.insert("version".into(), json!(if ip.address.addr.is_ipv4() { "4" } else { "6" }));
                 }
                 o.insert("address".into(), json!(ip.address.to_string()));
                 if let Some(g) = ip.gateway {
@@ -190,16 +176,8 @@ mod tests {
         assert_eq!(r.ips[0].gateway, Some("10.1.0.1".parse().unwrap()));
         assert_eq!(r.routes[0].dst.prefix, 0);
         assert!(r.dns.is_some());
-        assert_eq!(
-            AttachResult::from_ipam(b"nope").unwrap_err().code,
-            Code::Decode
-        );
-        assert_eq!(
-            AttachResult::from_ipam(br#"{"ips":[{"gateway":"1.1.1.1"}]}"#)
-                .unwrap_err()
-                .code,
-            Code::Decode
-        );
+        assert_eq!(AttachResult::from_ipam(b"nope").unwrap_err().code, Code::Decode);
+        assert_eq!(AttachResult::from_ipam(br#"{"ips":[{"gateway":"1.1.1.1"}]}"#).unwrap_err().code, Code::Decode);
     }
 
     #[test]

@@ -13,11 +13,7 @@ pub struct PciAddr(String);
 impl PciAddr {
     /// Accepts `0000:3b:02.1` or the short `3b:02.1` (domain 0000).
     pub fn parse(s: &str) -> Result<Self, String> {
-        let full = if s.matches(':').count() == 1 {
-            format!("0000:{s}")
-        } else {
-            s.to_string()
-        };
+        let full = if s.matches(':').count() == 1 { format!("0000:{s}") } else { s.to_string() };
         let b = full.as_bytes();
         let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
         let ok = b.len() == 12
@@ -61,9 +57,7 @@ impl Mac {
 
     /// The first six bytes of a kernel address attribute, if there are six.
     pub fn from_slice(b: &[u8]) -> Option<Mac> {
-        b.get(..6)
-            .and_then(|s| <[u8; 6]>::try_from(s).ok())
-            .map(Mac)
+        b.get(..6).and_then(|s| <[u8; 6]>::try_from(s).ok()).map(Mac)
     }
 }
 
@@ -79,8 +73,7 @@ impl FromStr for Mac {
             if p.len() != 2 {
                 return Err("is not a MAC address like 02:00:00:00:00:01".to_string());
             }
-            *o = u8::from_str_radix(p, 16)
-                .map_err(|_| "is not a MAC address like 02:00:00:00:00:01".to_string())?;
+            *o = u8::from_str_radix(p, 16).map_err(|_| "is not a MAC address like 02:00:00:00:00:01".to_string())?;
         }
         Ok(Mac(out))
     }
@@ -89,11 +82,7 @@ impl FromStr for Mac {
 impl fmt::Display for Mac {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            m[0], m[1], m[2], m[3], m[4], m[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
     }
 }
 
@@ -130,15 +119,9 @@ impl IpNet {
 impl FromStr for IpNet {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (a, p) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not an address/prefix"))?;
-        let addr: IpAddr = a
-            .parse()
-            .map_err(|_| format!("{s:?} is not an address/prefix"))?;
-        let prefix: u8 = p
-            .parse()
-            .map_err(|_| format!("{s:?} has a bad prefix length"))?;
+        let (a, p) = s.split_once('/').ok_or_else(|| format!("{s:?} is not an address/prefix"))?;
+        let addr: IpAddr = a.parse().map_err(|_| format!("{s:?} is not an address/prefix"))?;
+        let prefix: u8 = p.parse().map_err(|_| format!("{s:?} has a bad prefix length"))?;
         if prefix > IpNet::max_prefix(&addr) {
             return Err(format!("{s:?} has a bad prefix length"));
         }
@@ -171,19 +154,9 @@ mod tests {
 
     #[test]
     fn pci_addresses() {
-        assert_eq!(
-            PciAddr::parse("0000:3B:02.1").unwrap().as_str(),
-            "0000:3b:02.1"
-        );
+        assert_eq!(PciAddr::parse("0000:3B:02.1").unwrap().as_str(), "0000:3b:02.1");
         assert_eq!(PciAddr::parse("3b:02.1").unwrap().as_str(), "0000:3b:02.1");
-        for bad in [
-            "",
-            "3b:02",
-            "0000:3b:02.8",
-            "0000:3b:0g.1",
-            "0000-3b:02.1",
-            "00000:3b:02.1",
-        ] {
+        for bad in ["", "3b:02", "0000:3b:02.8", "0000:3b:0g.1", "0000-3b:02.1", "00000:3b:02.1"] {
             assert!(PciAddr::parse(bad).is_err(), "{bad}");
         }
     }
@@ -194,12 +167,7 @@ mod tests {
         assert_eq!(m.to_string(), "02:ab:00:00:00:01");
         assert!(!m.is_multicast());
         assert!("01:00:5e:00:00:01".parse::<Mac>().unwrap().is_multicast());
-        for bad in [
-            "02:ab:00:00:00",
-            "02:ab:00:00:00:001",
-            "zz:ab:00:00:00:01",
-            "",
-        ] {
+        for bad in ["02:ab:00:00:00", "02:ab:00:00:00:001", "zz:ab:00:00:00:01", ""] {
             assert!(bad.parse::<Mac>().is_err(), "{bad}");
         }
     }

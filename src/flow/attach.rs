@@ -35,8 +35,7 @@ impl Host {
             sysfs: Sysfs::from_env(),
             store: Store::open()?,
             ns: Netns::current().ctx(|| "opening the host network namespace".to_string())?,
-            route: RouteSocket::new()
-                .ctx(|| "opening a netlink socket in the host namespace".to_string())?,
+            route: RouteSocket::new().ctx(|| "opening a netlink socket in the host namespace".to_string())?,
         })
     }
 
@@ -45,16 +44,8 @@ impl Host {
             .route
             .link_by_name(&vf.pf)
             .ctx(|| format!("looking up PF {}", vf.pf))?
-            .ok_or_else(|| {
-                CniError::io(format!(
-                    "PF {} of VF {} is not in the host namespace",
-                    vf.pf, vf.pci
-                ))
-            })?;
-        Ok(Pf {
-            name: vf.pf.clone(),
-            index: link.index,
-        })
+            .ok_or_else(|| CniError::io(format!("PF {} of VF {} is not in the host namespace", vf.pf, vf.pci)))?;
+        Ok(Pf { name: vf.pf.clone(), index: link.index })
     }
 }
 
@@ -82,9 +73,9 @@ fn attached_err(a: &Attachment) -> CniError {
 /// Picks and locks the VF: the given address, or the lowest-numbered free VF of `pfName`.
 fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
     match &conf.source {
-        None => Err(CniError::config(
-            "no VF given: set deviceID (or runtimeConfig.deviceID, CNI_ARGS deviceID) or pfName",
-        )),
+        None => {
+            Err(CniError::config("no VF given: set deviceID (or runtimeConfig.deviceID, CNI_ARGS deviceID) or pfName"))
+        }
         Some(VfSource::Device(pci)) => {
             let vf = host.sysfs.vf(pci)?;
             let lock = host.store.lock(pci)?;
@@ -95,10 +86,7 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
         }
         Some(VfSource::Pf(pf)) => {
             let pf_pci = host.sysfs.pf_pci(pf)?;
-            let vfs = host
-                .sysfs
-                .vfs_of(&pf_pci)
-                .ctx(|| format!("listing the VFs of pfName {pf}"))?;
+            let vfs = host.sysfs.vfs_of(&pf_pci).ctx(|| format!("listing the VFs of pfName {pf}"))?;
             for (_, pci) in &vfs {
                 let Some(lock) = host.store.try_lock(pci)? else {
                     continue;
@@ -108,12 +96,7 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
                 }
                 let Ok(vf) = host.sysfs.vf(pci) else { continue };
                 let Some(netdev) = &vf.netdev else { continue };
-                if host
-                    .route
-                    .link_by_name(netdev)
-                    .ctx(|| format!("looking up {netdev}"))?
-                    .is_some()
-                {
+                if host.route.link_by_name(netdev).ctx(|| format!("looking up {netdev}"))?.is_some() {
                     return Ok((vf, lock));
                 }
             }
@@ -128,21 +111,14 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
 pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
     let mut host = Host::open()?;
     let mut pod = Pod::open(&env.netns).ctx(|| format!("opening CNI_NETNS {}", env.netns))?;
-    if let Some(a) = host
-        .store
-        .find(&conf.name, &env.container_id, &env.ifname)?
-    {
+    if let Some(a) = host.store.find(&conf.name, &env.container_id, &env.ifname)? {
         return Err(attached_err(&a));
     }
     let (vf, _lock) = select_vf(&mut host, conf)?;
     let pf = host.pf(&vf)?;
-    let vf_original = NetlinkPf(&mut host.route)
-        .vf_state(&pf, vf.index)
-        .ctx(|| format!("reading the VF table of PF {}", pf.name))?;
-    let plan = vf::planned(
-        &conf.vf,
-        vf_original.as_ref().unwrap_or(&VfState::default()),
-    );
+    let vf_original =
+        NetlinkPf(&mut host.route).vf_state(&pf, vf.index).ctx(|| format!("reading the VF table of PF {}", pf.name))?;
+    let plan = vf::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
     if vf_original.is_none() {
         if let Some(s) = plan.first() {
             return Err(CniError::io(format!(
@@ -165,22 +141,10 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
             .route
             .link_by_name(name)
             .ctx(|| format!("looking up VF {} ({name})", vf.pci))?
-            .ok_or_else(|| {
-                CniError::io(format!(
-                    "VF {} netdev {name} is not in the host namespace",
-                    vf.pci
-                ))
-            })?;
-        if pod
-            .route
-            .link_by_name(&env.ifname)
-            .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
-            .is_some()
+            .ok_or_else(|| CniError::io(format!("VF {} netdev {name} is not in the host namespace", vf.pci)))?;
+        if pod.route.link_by_name(&env.ifname).ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?.is_some()
         {
-            return Err(CniError::io(format!(
-                "CNI_IFNAME {} is already taken in {}",
-                env.ifname, env.netns
-            )));
+            return Err(CniError::io(format!("CNI_IFNAME {} is already taken in {}", env.ifname, env.netns)));
         }
         Some(link)
     };
@@ -212,35 +176,19 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
     );
 
     let mut progress = Progress::default();
-    match attach(
-        &mut host,
-        &mut pod,
-        conf,
-        env,
-        &rec,
-        &pf,
-        &plan,
-        &mut progress,
-    ) {
+    match attach(&mut host, &mut pod, conf, env, &rec, &pf, &plan, &mut progress) {
         Ok(result) => {
             rec.complete = true;
             host.store.save(&rec)?;
             Ok(result)
         }
         Err(e) => {
-            crate::warn!(
-                "ADD {}/{} failed, rolling back: {e}",
-                rec.container_id,
-                rec.ifname
-            );
+            crate::warn!("ADD {}/{} failed, rolling back: {e}", rec.container_id, rec.ifname);
             let mut undo = detach(
                 &mut host,
                 Some(&mut pod),
                 &rec,
-                Undo {
-                    netdev_moved: progress.moved,
-                    settings_applied: progress.settings,
-                },
+                Undo { netdev_moved: progress.moved, settings_applied: progress.settings },
             );
             if progress.ipam {
                 if let Err(e) = ipam::exec(conf, env, "DEL", &Target::of_env(env)) {
@@ -251,10 +199,7 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
                 host.store.remove(&rec.pci)?;
                 Err(e)
             } else {
-                Err(e.with_details(format!(
-                    "rollback incomplete, DEL will retry: {}",
-                    vf::join(&undo)
-                )))
+                Err(e.with_details(format!("rollback incomplete, DEL will retry: {}", vf::join(&undo))))
             }
         }
     }
@@ -278,10 +223,7 @@ pub struct Undo {
 }
 
 impl Undo {
-    pub const ALL: Undo = Undo {
-        netdev_moved: true,
-        settings_applied: true,
-    };
+    pub const ALL: Undo = Undo { netdev_moved: true, settings_applied: true };
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -296,13 +238,7 @@ fn attach(
     progress: &mut Progress,
 ) -> CniResult<AttachResult> {
     if let Some(orig) = &rec.vf_original {
-        vf::apply_all(
-            &mut NetlinkPf(&mut host.route),
-            pf,
-            rec.vf_index,
-            plan,
-            orig,
-        )?;
+        vf::apply_all(&mut NetlinkPf(&mut host.route), pf, rec.vf_index, plan, orig)?;
     }
     progress.settings = true;
     let mut iface = Interface {
@@ -315,11 +251,7 @@ fn attach(
     // IPAM runs while the kernel moves the netdev (the move is mostly an RCU wait).
     progress.ipam = conf.ipam.is_some();
     let target = Target::of_env(env);
-    let early = if ipam::can_overlap(conf) {
-        ipam::spawn(conf, env, "ADD", &target)?
-    } else {
-        None
-    };
+    let early = if ipam::can_overlap(conf) { ipam::spawn(conf, env, "ADD", &target)? } else { None };
     let moved = move_into_pod(host, pod, conf, env, rec, &mut iface, progress);
     let early = early.map(|p| p.wait());
     let index = moved?;
@@ -327,19 +259,12 @@ fn attach(
         Some(out) => out?,
         None => ipam::exec(conf, env, "ADD", &target)?,
     };
-    let mut result = if conf.ipam.is_some() {
-        AttachResult::from_ipam(&out)?
-    } else {
-        AttachResult::default()
-    };
+    let mut result = if conf.ipam.is_some() { AttachResult::from_ipam(&out)? } else { AttachResult::default() };
     if let Some(index) = index {
         for ip in &result.ips {
-            pod.route.add_address(index, ip.address).ctx(|| {
-                format!(
-                    "adding address {} to {} in {}",
-                    ip.address, env.ifname, env.netns
-                )
-            })?;
+            pod.route
+                .add_address(index, ip.address)
+                .ctx(|| format!("adding address {} to {} in {}", ip.address, env.ifname, env.netns))?;
         }
         for r in &result.routes {
             pod.route
@@ -349,10 +274,7 @@ fn attach(
     }
     result.interfaces = vec![iface];
     if result.dns.is_none() {
-        result.dns = conf
-            .dns
-            .clone()
-            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
+        result.dns = conf.dns.clone().filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
     }
     Ok(result)
 }
@@ -371,23 +293,13 @@ fn move_into_pod(
     if let Some(orig) = &rec.netdev {
         host.route
             .move_link(orig.index, pod.ns.fd(), &env.ifname)
-            .ctx(|| {
-                format!(
-                    "moving VF {} ({}) into {} as {}",
-                    rec.pci, orig.name, env.netns, env.ifname
-                )
-            })?;
+            .ctx(|| format!("moving VF {} ({}) into {} as {}", rec.pci, orig.name, env.netns, env.ifname))?;
         progress.moved = true;
         let l = pod
             .route
             .link_by_name(&env.ifname)
             .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
-            .ok_or_else(|| {
-                CniError::io(format!(
-                    "VF {} vanished after the move into {}",
-                    rec.pci, env.netns
-                ))
-            })?;
+            .ok_or_else(|| CniError::io(format!("VF {} vanished after the move into {}", rec.pci, env.netns)))?;
         let mut attrs = Vec::new();
         if let Some(mtu) = conf.mtu.filter(|m| *m != l.mtu) {
             attrs.push(LinkAttribute::Mtu(mtu));
@@ -395,12 +307,9 @@ fn move_into_pod(
         if let Some(mac) = conf.vf.mac.filter(|m| Some(*m) != l.mac) {
             attrs.push(LinkAttribute::Address(mac.0.to_vec()));
         }
-        pod.route.set_link(l.index, attrs, Some(true)).ctx(|| {
-            format!(
-                "setting MTU/MAC and bringing up {} in {}",
-                env.ifname, env.netns
-            )
-        })?;
+        pod.route
+            .set_link(l.index, attrs, Some(true))
+            .ctx(|| format!("setting MTU/MAC and bringing up {} in {}", env.ifname, env.netns))?;
         iface.mac = conf.vf.mac.or(l.mac);
         iface.mtu = Some(conf.mtu.unwrap_or(l.mtu));
         index = Some(l.index);
@@ -436,32 +345,14 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
     }
     if let Some(orig) = rec.vf_original.as_ref().filter(|_| undo.settings_applied) {
         let plan = vf::planned(&rec.vf_settings, orig);
-        let pf = Pf {
-            name: rec.pf.clone(),
-            index: 0,
-        };
+        let pf = Pf { name: rec.pf.clone(), index: 0 };
         match host.route.link_by_name(&rec.pf) {
             Ok(Some(l)) => {
-                let pf = Pf {
-                    index: l.index,
-                    ..pf
-                };
-                errors.extend(vf::restore_all(
-                    &mut NetlinkPf(&mut host.route),
-                    &pf,
-                    rec.vf_index,
-                    &plan,
-                    orig,
-                ));
+                let pf = Pf { index: l.index, ..pf };
+                errors.extend(vf::restore_all(&mut NetlinkPf(&mut host.route), &pf, rec.vf_index, &plan, orig));
             }
-            Ok(None) => errors.push(format!(
-                "restoring VF {} settings: PF {} is gone",
-                rec.pci, rec.pf
-            )),
-            Err(e) => errors.push(format!(
-                "restoring VF {} settings: looking up PF {}: {e}",
-                rec.pci, rec.pf
-            )),
+            Ok(None) => errors.push(format!("restoring VF {} settings: PF {} is gone", rec.pci, rec.pf)),
+            Err(e) => errors.push(format!("restoring VF {} settings: looking up PF {}: {e}", rec.pci, rec.pf)),
         }
     }
     if let Some(orig) = &rec.netdev {
@@ -474,25 +365,14 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
 
 /// Finds the VF's netdev on the host (by its original name, else by PCI address) and gives it back its
 /// name, MAC, MTU, up state and altnames. With the pod namespace gone, waits a bounded time for the kernel.
-fn restore_host_netdev(
-    host: &mut Host,
-    rec: &Attachment,
-    orig: &Link,
-    wait: bool,
-) -> Result<(), String> {
+fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: bool) -> Result<(), String> {
     let deadline = Instant::now() + if wait { RETURN_WAIT } else { Duration::ZERO };
     let found = loop {
-        let by_name = host
-            .route
-            .link_by_name(&orig.name)
-            .map_err(|e| format!("looking up {}: {e}", orig.name))?;
+        let by_name = host.route.link_by_name(&orig.name).map_err(|e| format!("looking up {}: {e}", orig.name))?;
         let mut found = by_name.filter(|l| is_ours(l, rec));
         if found.is_none() {
             for name in host.sysfs.netdevs(&rec.pci) {
-                let l = host
-                    .route
-                    .link_by_name(&name)
-                    .map_err(|e| format!("looking up {name}: {e}"))?;
+                let l = host.route.link_by_name(&name).map_err(|e| format!("looking up {name}: {e}"))?;
                 if let Some(l) = l.filter(|l| is_ours(l, rec)) {
                     found = Some(l);
                     break;
@@ -542,9 +422,7 @@ fn restore_host_netdev(
         })?;
     }
     for alt in orig.altnames.iter().filter(|a| !cur.altnames.contains(a)) {
-        host.route
-            .add_altname(cur.index, alt)
-            .map_err(|e| format!("restoring altname {alt} of {}: {e}", orig.name))?;
+        host.route.add_altname(cur.index, alt).map_err(|e| format!("restoring altname {alt} of {}: {e}", orig.name))?;
     }
     crate::debug!("VF {} restored on the host as {}", rec.pci, orig.name);
     Ok(())
@@ -553,11 +431,7 @@ fn restore_host_netdev(
 pub fn del(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let store = Store::open()?;
     let Some(found) = store.find(&conf.name, &env.container_id, &env.ifname)? else {
-        crate::debug!(
-            "DEL {}/{}: no attachment recorded",
-            env.container_id,
-            env.ifname
-        );
+        crate::debug!("DEL {}/{}: no attachment recorded", env.container_id, env.ifname);
         return ipam::exec(conf, env, "DEL", &Target::of_env(env)).map(drop);
     };
     let _lock = store.lock(&found.pci)?;
@@ -566,11 +440,7 @@ pub fn del(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         return Ok(());
     };
     let mut host = Host::open()?;
-    let netns = if env.netns.is_empty() {
-        rec.netns.clone()
-    } else {
-        env.netns.clone()
-    };
+    let netns = if env.netns.is_empty() { rec.netns.clone() } else { env.netns.clone() };
     let errors = release(&mut host, conf, env, &rec, &netns, &Target::of_env(env));
     finish(&host.store, &rec, errors)
 }
@@ -595,11 +465,7 @@ pub fn release(
             None
         }
     };
-    let early = if ipam::can_overlap(conf) {
-        Some(ipam::spawn(conf, env, "DEL", target))
-    } else {
-        None
-    };
+    let early = if ipam::can_overlap(conf) { Some(ipam::spawn(conf, env, "DEL", target)) } else { None };
     let mut errors = detach(host, pod.as_mut(), rec, Undo::ALL);
     let released = match early {
         Some(Ok(Some(p))) => p.wait().map(drop),
@@ -617,12 +483,7 @@ pub fn release(
 pub fn finish(store: &Store, rec: &Attachment, errors: Vec<String>) -> CniResult<()> {
     if errors.is_empty() {
         store.remove(&rec.pci)?;
-        crate::info!(
-            "DEL {}/{}: VF {} restored",
-            rec.container_id,
-            rec.ifname,
-            rec.pci
-        );
+        crate::info!("DEL {}/{}: VF {} restored", rec.container_id, rec.ifname, rec.pci);
         Ok(())
     } else {
         Err(CniError::io(format!(

@@ -24,50 +24,35 @@ fn shows(st: &VfState, s: &VfSetting) -> bool {
         VfSetting::Trust(b) => st.trust == Some(*b),
         VfSetting::LinkState(l) => st.link_state == Some(*l),
         VfSetting::Rate { min, max } => st.min_tx_rate == *min && st.max_tx_rate == *max,
+        VfSetting::Guid { node, port } => st.node_guid == Some(*node) && st.port_guid == Some(*port),
     }
 }
 
 pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let store = Store::open()?;
-    let rec = store
-        .find(&conf.name, &env.container_id, &env.ifname)?
-        .ok_or_else(|| {
-            CniError::new(
-                Code::ContainerUnknown,
-                format!(
-                    "no attachment of {}/{} on network {}",
-                    env.container_id, env.ifname, conf.name
-                ),
-            )
-        })?;
+    let rec = store.find(&conf.name, &env.container_id, &env.ifname)?.ok_or_else(|| {
+        CniError::new(
+            Code::ContainerUnknown,
+            format!("no attachment of {}/{} on network {}", env.container_id, env.ifname, conf.name),
+        )
+    })?;
     if let Some(orig) = &rec.netdev {
         let mut pod = Pod::open(&env.netns).ctx(|| format!("opening CNI_NETNS {}", env.netns))?;
         let l = pod
             .route
             .link_by_name(&env.ifname)
             .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
-            .ok_or_else(|| {
-                mismatch(format!(
-                    "interface {} is missing from {}",
-                    env.ifname, env.netns
-                ))
-            })?;
+            .ok_or_else(|| mismatch(format!("interface {} is missing from {}", env.ifname, env.netns)))?;
         let want_mtu = rec.mtu.unwrap_or(orig.mtu);
         if l.mtu != want_mtu {
-            return Err(mismatch(format!(
-                "MTU of {} in {} is {}, expected {want_mtu}",
-                env.ifname, env.netns, l.mtu
-            )));
+            return Err(mismatch(format!("MTU of {} in {} is {}, expected {want_mtu}", env.ifname, env.netns, l.mtu)));
         }
         let prev_mac = conf
             .prev_result
             .as_ref()
             .and_then(|p| p.get("interfaces"))
             .and_then(Value::as_array)
-            .and_then(|ifs| {
-                ifs.iter()
-                    .find(|i| i.get("name").and_then(Value::as_str) == Some(&env.ifname))
-            })
+            .and_then(|ifs| ifs.iter().find(|i| i.get("name").and_then(Value::as_str) == Some(&env.ifname)))
             .and_then(|i| i.get("mac").and_then(Value::as_str))
             .and_then(|m| m.parse::<Mac>().ok());
         if let Some(want) = prev_mac.or(rec.vf_settings.mac) {
@@ -80,16 +65,10 @@ pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
                 )));
             }
         }
-        let have = pod
-            .route
-            .addresses(l.index)
-            .ctx(|| format!("listing addresses of {}", env.ifname))?;
+        let have = pod.route.addresses(l.index).ctx(|| format!("listing addresses of {}", env.ifname))?;
         for want in conf.prev_ips()? {
             if !have.contains(&want) {
-                return Err(mismatch(format!(
-                    "address {want} is missing from {} in {}",
-                    env.ifname, env.netns
-                )));
+                return Err(mismatch(format!("address {want} is missing from {} in {}", env.ifname, env.netns)));
             }
         }
     }
@@ -103,10 +82,7 @@ pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
                 .ctx(|| format!("looking up PF {}", rec.pf))?
                 .ok_or_else(|| mismatch(format!("PF {} is gone", rec.pf)))?
                 .index;
-            let pf = Pf {
-                name: rec.pf.clone(),
-                index,
-            };
+            let pf = Pf { name: rec.pf.clone(), index };
             let st = NetlinkPf(&mut host.route)
                 .vf_state(&pf, rec.vf_index)
                 .ctx(|| format!("reading the VF table of PF {}", rec.pf))?
@@ -128,10 +104,7 @@ pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let mut host: Option<Host> = None;
     let mut errors = Vec::new();
     for rec in store.all()? {
-        if rec.network != conf.name
-            || keep
-                .iter()
-                .any(|k| k.container_id == rec.container_id && k.ifname == rec.ifname)
+        if rec.network != conf.name || keep.iter().any(|k| k.container_id == rec.container_id && k.ifname == rec.ifname)
         {
             continue;
         }
@@ -145,21 +118,12 @@ pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         if store.load(&rec.pci)?.as_ref() != Some(&rec) {
             continue;
         }
-        crate::info!(
-            "GC: releasing stale attachment {}/{} (VF {})",
-            rec.container_id,
-            rec.ifname,
-            rec.pci
-        );
+        crate::info!("GC: releasing stale attachment {}/{} (VF {})", rec.container_id, rec.ifname, rec.pci);
         let h = match host.as_mut() {
             Some(h) => h,
             None => host.insert(Host::open()?),
         };
-        let target = Target {
-            container_id: &rec.container_id,
-            ifname: &rec.ifname,
-            netns: &rec.netns,
-        };
+        let target = Target { container_id: &rec.container_id, ifname: &rec.ifname, netns: &rec.netns };
         let errs = release(h, conf, env, &rec, &rec.netns, &target);
         if let Err(e) = finish(&store, &rec, errs) {
             errors.push(e.to_string());
@@ -177,24 +141,15 @@ pub fn status(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let unavailable = |msg: String| CniError::new(Code::NotAvailable, msg);
     let store = Store::open().map_err(|e| unavailable(e.msg))?;
     let probe = store.dir().join(format!(".status.{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| {
-        unavailable(format!(
-            "state directory {} is not writable: {e}",
-            store.dir().display()
-        ))
-    })?;
+    std::fs::write(&probe, b"")
+        .map_err(|e| unavailable(format!("state directory {} is not writable: {e}", store.dir().display())))?;
     let _ = std::fs::remove_file(&probe);
     if let Some(crate::cni::config::VfSource::Pf(pf)) = &conf.source {
-        Sysfs::from_env()
-            .pf_pci(pf)
-            .map_err(|e| unavailable(e.msg))?;
+        Sysfs::from_env().pf_pci(pf).map_err(|e| unavailable(e.msg))?;
     }
     if let Some(ipam) = &conf.ipam {
         if !env.path.iter().any(|d| d.join(&ipam.kind).is_file()) {
-            return Err(unavailable(format!(
-                "IPAM plugin {} is not on CNI_PATH",
-                ipam.kind
-            )));
+            return Err(unavailable(format!("IPAM plugin {} is not on CNI_PATH", ipam.kind)));
         }
     }
     Ok(())

@@ -17,29 +17,17 @@ pub struct Target<'a> {
 
 impl<'a> Target<'a> {
     pub fn of_env(env: &'a CniEnv) -> Target<'a> {
-        Target {
-            container_id: &env.container_id,
-            ifname: &env.ifname,
-            netns: &env.netns,
-        }
+        Target { container_id: &env.container_id, ifname: &env.ifname, netns: &env.netns }
     }
 }
 
 fn find(env: &CniEnv, kind: &str) -> CniResult<PathBuf> {
-    env.path
-        .iter()
-        .map(|d| d.join(kind))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            CniError::config(format!(
-                "ipam.type {kind:?}: no such plugin in CNI_PATH ({})",
-                env.path
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(":")
-            ))
-        })
+    env.path.iter().map(|d| d.join(kind)).find(|p| p.is_file()).ok_or_else(|| {
+        CniError::config(format!(
+            "ipam.type {kind:?}: no such plugin in CNI_PATH ({})",
+            env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":")
+        ))
+    })
 }
 
 /// Runs the IPAM plugin; returns its stdout on success, its error (code kept) otherwise.
@@ -71,18 +59,8 @@ pub fn spawn<'a>(
     };
     let plugin = find(env, &ipam.kind)?;
     let child = start(&plugin, &ipam.kind, &conf.raw, command, target)?;
-    let target = Target {
-        container_id: target.container_id,
-        ifname: target.ifname,
-        netns: target.netns,
-    };
-    Ok(Some(Pending {
-        child,
-        plugin,
-        conf,
-        command,
-        target,
-    }))
+    let target = Target { container_id: target.container_id, ifname: target.ifname, netns: target.netns };
+    Ok(Some(Pending { child, plugin, conf, command, target }))
 }
 
 /// Whether IPAM may run while the netdev moves: DHCP needs the interface in the pod first.
@@ -94,12 +72,7 @@ impl Pending<'_> {
     /// Waits for the plugin. One older than our cniVersion (Debian's 1.1.1 plugins stop at 1.0.0) answers
     /// code 1; it is then asked for its versions and called again with the newest one both sides speak.
     pub fn wait(self) -> CniResult<Vec<u8>> {
-        let kind = self
-            .conf
-            .ipam
-            .as_ref()
-            .map(|i| i.kind.as_str())
-            .unwrap_or_default();
+        let kind = self.conf.ipam.as_ref().map(|i| i.kind.as_str()).unwrap_or_default();
         match finish(self.child, kind, self.command) {
             Err(e) if e.code == Code::IncompatibleVersion => {
                 let Some(raw) = downgraded(&self.plugin, kind, &self.conf.raw, &self.target) else {
@@ -114,25 +87,10 @@ impl Pending<'_> {
 
 /// The configuration with `cniVersion` set to the newest version the plugin and this plugin both speak.
 fn downgraded(plugin: &Path, kind: &str, raw: &[u8], target: &Target) -> Option<Vec<u8>> {
-    let out = exec_raw(
-        plugin,
-        kind,
-        br#"{"cniVersion":"0.4.0"}"#,
-        "VERSION",
-        target,
-    )
-    .ok()?;
+    let out = exec_raw(plugin, kind, br#"{"cniVersion":"0.4.0"}"#, "VERSION", target).ok()?;
     let v: serde_json::Value = serde_json::from_slice(&out).ok()?;
-    let theirs: Vec<&str> = v
-        .get("supportedVersions")?
-        .as_array()?
-        .iter()
-        .filter_map(|s| s.as_str())
-        .collect();
-    let best = SUPPORTED_VERSIONS
-        .iter()
-        .rev()
-        .find(|s| theirs.contains(s))?;
+    let theirs: Vec<&str> = v.get("supportedVersions")?.as_array()?.iter().filter_map(|s| s.as_str()).collect();
+    let best = SUPPORTED_VERSIONS.iter().rev().find(|s| theirs.contains(s))?;
     let mut conf: serde_json::Value = serde_json::from_slice(raw).ok()?;
     let obj = conf.as_object_mut()?;
     obj.insert("cniVersion".into(), serde_json::Value::from(*best));
@@ -143,28 +101,12 @@ fn downgraded(plugin: &Path, kind: &str, raw: &[u8], target: &Target) -> Option<
     serde_json::to_vec(&conf).ok()
 }
 
-fn exec_raw(
-    plugin: &Path,
-    kind: &str,
-    raw: &[u8],
-    command: &str,
-    target: &Target,
-) -> CniResult<Vec<u8>> {
+fn exec_raw(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) -> CniResult<Vec<u8>> {
     finish(start(plugin, kind, raw, command, target)?, kind, command)
 }
 
-fn start(
-    plugin: &Path,
-    kind: &str,
-    raw: &[u8],
-    command: &str,
-    target: &Target,
-) -> CniResult<Child> {
-    crate::debug!(
-        "IPAM {kind} {command} for {}/{}",
-        target.container_id,
-        target.ifname
-    );
+fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) -> CniResult<Child> {
+    crate::debug!("IPAM {kind} {command} for {}/{}", target.container_id, target.ifname);
     let mut child = Command::new(plugin)
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", target.container_id)
@@ -176,17 +118,13 @@ fn start(
         .spawn()
         .map_err(|e| CniError::io(format!("running IPAM plugin {}: {e}", plugin.display())))?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(raw)
-            .map_err(|e| CniError::io(format!("writing the config to IPAM plugin {kind}: {e}")))?;
+        stdin.write_all(raw).map_err(|e| CniError::io(format!("writing the config to IPAM plugin {kind}: {e}")))?;
     }
     Ok(child)
 }
 
 fn finish(child: Child, kind: &str, command: &str) -> CniResult<Vec<u8>> {
-    let out = child
-        .wait_with_output()
-        .map_err(|e| CniError::io(format!("waiting for IPAM plugin {kind}: {e}")))?;
+    let out = child.wait_with_output().map_err(|e| CniError::io(format!("waiting for IPAM plugin {kind}: {e}")))?;
     if out.status.success() {
         return Ok(out.stdout);
     }
@@ -196,10 +134,7 @@ fn finish(child: Child, kind: &str, command: &str) -> CniResult<Vec<u8>> {
             format!(
                 "{}{}",
                 v.get("msg").and_then(|m| m.as_str()).unwrap_or("failed"),
-                v.get("details")
-                    .and_then(|m| m.as_str())
-                    .map(|d| format!(": {d}"))
-                    .unwrap_or_default()
+                v.get("details").and_then(|m| m.as_str()).map(|d| format!(": {d}")).unwrap_or_default()
             ),
         ),
         Err(_) => (5, format!("failed with {} and no error JSON", out.status)),
@@ -214,8 +149,5 @@ fn finish(child: Child, kind: &str, command: &str) -> CniResult<Vec<u8>> {
         11 => Code::TryAgainLater,
         _ => Code::Io,
     };
-    Err(CniError::new(
-        code,
-        format!("IPAM plugin {kind} {command}: {msg}"),
-    ))
+    Err(CniError::new(code, format!("IPAM plugin {kind} {command}: {msg}")))
 }

@@ -28,10 +28,7 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     let env = env::from_vars(get)?;
     if env.command == Command::Version {
         let v = sniff_version(stdin);
-        return Ok(Some(
-            serde_json::json!({"cniVersion": v, "supportedVersions": SUPPORTED_VERSIONS})
-                .to_string(),
-        ));
+        return Ok(Some(serde_json::json!({"cniVersion": v, "supportedVersions": SUPPORTED_VERSIONS}).to_string()));
     }
     let conf = NetConf::parse(stdin, &env.args)?;
     crate::log::init(conf.log_level, conf.log_file.as_deref());
@@ -78,16 +75,10 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
 /// Runs one CNI invocation: `stdin` is the configuration, `get` reads the environment.
 pub fn run(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> Outcome {
     match dispatch(stdin, get) {
-        Ok(out) => Outcome {
-            stdout: out.unwrap_or_default(),
-            ok: true,
-        },
+        Ok(out) => Outcome { stdout: out.unwrap_or_default(), ok: true },
         Err(e) => {
             crate::error!("{e}");
-            Outcome {
-                stdout: e.to_json(&sniff_version(stdin)),
-                ok: false,
-            }
+            Outcome { stdout: e.to_json(&sniff_version(stdin)), ok: false }
         }
     }
 }

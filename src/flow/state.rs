@@ -52,9 +52,7 @@ pub struct VfLock {
 
 impl Store {
     pub fn open() -> CniResult<Store> {
-        let dir = std::env::var_os("SRIOV_RDMA_STATE_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| DEFAULT_DIR.into());
+        let dir = std::env::var_os("SRIOV_RDMA_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| DEFAULT_DIR.into());
         Store::at(&dir)
     }
 
@@ -64,9 +62,7 @@ impl Store {
             .mode(0o700)
             .create(dir)
             .ctx(|| format!("creating the state directory {}", dir.display()))?;
-        Ok(Store {
-            dir: dir.to_path_buf(),
-        })
+        Ok(Store { dir: dir.to_path_buf() })
     }
 
     pub fn dir(&self) -> &Path {
@@ -123,35 +119,21 @@ impl Store {
     pub fn load(&self, pci: &PciAddr) -> CniResult<Option<Attachment>> {
         let p = self.path(pci);
         match fs::read(&p) {
-            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
-                CniError::io(format!(
-                    "reading the attachment record {}: {e}",
-                    p.display()
-                ))
-            }),
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| CniError::io(format!("reading the attachment record {}: {e}", p.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(CniError::io(format!(
-                "reading the attachment record {}: {e}",
-                p.display()
-            ))),
+            Err(e) => Err(CniError::io(format!("reading the attachment record {}: {e}", p.display()))),
         }
     }
 
     /// Writes the record atomically: a temp file, then rename.
     pub fn save(&self, a: &Attachment) -> CniResult<()> {
         let p = self.path(&a.pci);
-        let tmp = self
-            .dir
-            .join(format!(".{}.json.{}", a.pci, std::process::id()));
-        let body = serde_json::to_vec_pretty(a)
-            .map_err(|e| CniError::io(format!("encoding the record: {e}")))?;
+        let tmp = self.dir.join(format!(".{}.json.{}", a.pci, std::process::id()));
+        let body = serde_json::to_vec_pretty(a).map_err(|e| CniError::io(format!("encoding the record: {e}")))?;
         let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .mode(0o600)
-                .open(&tmp)?;
+            let mut f = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp)?;
             f.write_all(&body)?;
             fs::rename(&tmp, &p)
         };
@@ -160,9 +142,9 @@ impl Store {
 
     pub fn remove(&self, pci: &PciAddr) -> CniResult<()> {
         match fs::remove_file(self.path(pci)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(CniError::io(format!(
-                "removing the attachment record of {pci}: {e}"
-            ))),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(CniError::io(format!("removing the attachment record of {pci}: {e}")))
+            }
             _ => Ok(()),
         }
     }
@@ -173,10 +155,7 @@ impl Store {
         for e in fs::read_dir(&self.dir).ctx(|| format!("listing {}", self.dir.display()))? {
             let Ok(e) = e else { continue };
             let name = e.file_name();
-            let Some(pci) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".json"))
-                .and_then(|p| PciAddr::parse(p).ok())
+            let Some(pci) = name.to_str().and_then(|n| n.strip_suffix(".json")).and_then(|p| PciAddr::parse(p).ok())
             else {
                 continue;
             };
@@ -190,12 +169,7 @@ impl Store {
     }
 
     /// The record of one attachment, by the key the runtime uses.
-    pub fn find(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> CniResult<Option<Attachment>> {
+    pub fn find(&self, network: &str, container_id: &str, ifname: &str) -> CniResult<Option<Attachment>> {
         Ok(self
             .all()?
             .into_iter()
@@ -219,15 +193,8 @@ mod tests {
             pf_pci: PciAddr::parse("0000:3b:00.0").unwrap(),
             vf_index: 1,
             driver: Some("iavf".into()),
-            vf_settings: VfSettings {
-                vlan: Some(10),
-                ..Default::default()
-            },
-            vf_original: Some(VfState {
-                vlan: 0,
-                trust: Some(false),
-                ..Default::default()
-            }),
+            vf_settings: VfSettings { vlan: Some(10), ..Default::default() },
+            vf_original: Some(VfState { vlan: 0, trust: Some(false), ..Default::default() }),
             netdev: Some(Link {
                 index: 7,
                 name: "ens1f0v1".into(),
@@ -243,8 +210,7 @@ mod tests {
     }
 
     fn store(name: &str) -> Store {
-        let dir =
-            std::env::temp_dir().join(format!("sriov-rdma-state-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-state-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         Store::at(&dir.join("state")).unwrap()
     }
@@ -257,11 +223,7 @@ mod tests {
         assert_eq!(s.load(&a.pci).unwrap(), Some(a.clone()));
         assert_eq!(s.find("rdma-net", "c1", "net1").unwrap(), Some(a.clone()));
         assert_eq!(s.find("rdma-net", "c2", "net1").unwrap(), None);
-        let mode = fs::metadata(s.dir().join("0000:3b:02.1.json"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
+        let mode = fs::metadata(s.dir().join("0000:3b:02.1.json")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let mode = fs::metadata(s.dir()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);

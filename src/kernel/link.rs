@@ -3,9 +3,7 @@
 use super::netlink::{Kind, Route, Socket};
 use crate::cni::types::{IpNet, Mac};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::link::{
-    LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop, VfInfo,
-};
+use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop, VfInfo};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -87,22 +85,11 @@ pub fn set_msg(index: u32, attrs: Vec<LinkAttribute>, up: Option<bool>) -> LinkM
 
 /// The one message that moves a link into the namespace `ns_fd` and names it `name` there.
 pub fn move_msg(index: u32, ns_fd: RawFd, name: &str) -> LinkMessage {
-    set_msg(
-        index,
-        vec![
-            LinkAttribute::NetNsFd(ns_fd),
-            LinkAttribute::IfName(name.to_string()),
-        ],
-        None,
-    )
+    set_msg(index, vec![LinkAttribute::NetNsFd(ns_fd), LinkAttribute::IfName(name.to_string())], None)
 }
 
 impl Socket<Route> {
-    fn get_link(
-        &mut self,
-        mut m: LinkMessage,
-        ext: Vec<LinkExtentMask>,
-    ) -> io::Result<Option<LinkMessage>> {
+    fn get_link(&mut self, mut m: LinkMessage, ext: Vec<LinkExtentMask>) -> io::Result<Option<LinkMessage>> {
         m.attributes.push(LinkAttribute::ExtMask(ext));
         match self.request(Rt::GetLink(m), Kind::Get) {
             Ok(replies) => Ok(replies.into_iter().find_map(|r| match r {
@@ -117,25 +104,16 @@ impl Socket<Route> {
     pub fn link_by_name(&mut self, name: &str) -> io::Result<Option<Link>> {
         let mut m = link_msg(0);
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
-        Ok(self
-            .get_link(m, vec![LinkExtentMask::SkipStats])?
-            .as_ref()
-            .map(Link::from_msg))
+        Ok(self.get_link(m, vec![LinkExtentMask::SkipStats])?.as_ref().map(Link::from_msg))
     }
 
     pub fn link_by_index(&mut self, index: u32) -> io::Result<Option<Link>> {
-        Ok(self
-            .get_link(link_msg(index), vec![LinkExtentMask::SkipStats])?
-            .as_ref()
-            .map(Link::from_msg))
+        Ok(self.get_link(link_msg(index), vec![LinkExtentMask::SkipStats])?.as_ref().map(Link::from_msg))
     }
 
     /// The VF table of a PF as the kernel reports it (`RTEXT_FILTER_VF`); empty when it has none.
     pub fn vf_table(&mut self, pf_index: u32) -> io::Result<Vec<Vec<VfInfo>>> {
-        let msg = self.get_link(
-            link_msg(pf_index),
-            vec![LinkExtentMask::Vf, LinkExtentMask::SkipStats],
-        )?;
+        let msg = self.get_link(link_msg(pf_index), vec![LinkExtentMask::Vf, LinkExtentMask::SkipStats])?;
         let mut out = Vec::new();
         for a in msg.map(|m| m.attributes).unwrap_or_default() {
             if let LinkAttribute::VfInfoList(list) = a {
@@ -145,30 +123,17 @@ impl Socket<Route> {
         Ok(out)
     }
 
-    pub fn set_link(
-        &mut self,
-        index: u32,
-        attrs: Vec<LinkAttribute>,
-        up: Option<bool>,
-    ) -> io::Result<()> {
-        self.request(Rt::SetLink(set_msg(index, attrs, up)), Kind::Change)
-            .map(drop)
+    pub fn set_link(&mut self, index: u32, attrs: Vec<LinkAttribute>, up: Option<bool>) -> io::Result<()> {
+        self.request(Rt::SetLink(set_msg(index, attrs, up)), Kind::Change).map(drop)
     }
 
     /// Moves a link into another namespace and renames it there, in one step.
     pub fn move_link(&mut self, index: u32, ns_fd: RawFd, name: &str) -> io::Result<()> {
-        self.request(Rt::NewLink(move_msg(index, ns_fd, name)), Kind::Change)
-            .map(drop)
+        self.request(Rt::NewLink(move_msg(index, ns_fd, name)), Kind::Change).map(drop)
     }
 
     pub fn add_altname(&mut self, index: u32, name: &str) -> io::Result<()> {
-        let m = set_msg(
-            index,
-            vec![LinkAttribute::PropList(vec![Prop::AltIfName(
-                name.to_string(),
-            )])],
-            None,
-        );
+        let m = set_msg(index, vec![LinkAttribute::PropList(vec![Prop::AltIfName(name.to_string())])], None);
         self.request(Rt::NewLinkProp(m), Kind::Change).map(drop)
     }
 
@@ -191,56 +156,39 @@ impl Socket<Route> {
             }
             for attr in &a.attributes {
                 if let AddressAttribute::Address(ip) = attr {
-                    out.push(IpNet {
-                        addr: *ip,
-                        prefix: a.header.prefix_len,
-                    });
+                    out.push(IpNet { addr: *ip, prefix: a.header.prefix_len });
                 }
             }
         }
         Ok(out)
     }
 
-    pub fn add_route(
-        &mut self,
-        index: u32,
-        dst: IpNet,
-        gw: Option<IpAddr>,
-        priority: Option<u32>,
-    ) -> io::Result<()> {
+    pub fn add_route(&mut self, index: u32, dst: IpNet, gw: Option<IpAddr>, priority: Option<u32>) -> io::Result<()> {
         let mut m = RouteMessage::default();
         m.header.address_family = family(&dst.addr);
         m.header.destination_prefix_length = dst.prefix;
         m.header.table = RouteHeader::RT_TABLE_MAIN;
         m.header.protocol = RouteProtocol::Boot;
         m.header.kind = RouteType::Unicast;
-        m.header.scope = if gw.is_some() {
-            RouteScope::Universe
-        } else {
-            RouteScope::Link
-        };
+        m.header.scope = if gw.is_some() { RouteScope::Universe } else { RouteScope::Link };
         if dst.prefix > 0 {
-            m.attributes
-                .push(RouteAttribute::Destination(RouteAddress::from(dst.addr)));
+            m.attributes.push(RouteAttribute::Destination(RouteAddress::from(dst.addr)));
         }
         if let Some(gw) = gw {
-            m.attributes
-                .push(RouteAttribute::Gateway(RouteAddress::from(gw)));
+            m.attributes.push(RouteAttribute::Gateway(RouteAddress::from(gw)));
         }
         if let Some(p) = priority {
             m.attributes.push(RouteAttribute::Priority(p));
         }
         m.attributes.push(RouteAttribute::Oif(index));
-        self.request(Rt::NewRoute(m), Kind::Create)
-            .map(drop)
-            .or_else(|e| {
-                // A route the kernel already added with the address is fine.
-                if e.raw_os_error() == Some(libc::EEXIST) {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })
+        self.request(Rt::NewRoute(m), Kind::Create).map(drop).or_else(|e| {
+            // A route the kernel already added with the address is fine.
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
     }
 }
 
@@ -276,30 +224,13 @@ mod tests {
 
     #[test]
     fn set_link_up_sets_flag_and_change_mask() {
-        let bytes = encode(
-            Rt::SetLink(set_msg(3, vec![LinkAttribute::Mtu(9000)], Some(true))),
-            Kind::Change,
-            2,
-        );
+        let bytes = encode(Rt::SetLink(set_msg(3, vec![LinkAttribute::Mtu(9000)], Some(true))), Kind::Change, 2);
         assert_eq!(u16::from_ne_bytes([bytes[4], bytes[5]]), 19, "RTM_SETLINK");
-        assert_eq!(
-            u32::from_ne_bytes(bytes[24..28].try_into().unwrap()),
-            1,
-            "IFF_UP in flags"
-        );
-        assert_eq!(
-            u32::from_ne_bytes(bytes[28..32].try_into().unwrap()),
-            1,
-            "IFF_UP in change mask"
-        );
+        assert_eq!(u32::from_ne_bytes(bytes[24..28].try_into().unwrap()), 1, "IFF_UP in flags");
+        assert_eq!(u32::from_ne_bytes(bytes[28..32].try_into().unwrap()), 1, "IFF_UP in change mask");
         assert_eq!(
             &bytes[32..40],
-            &[
-                &8u16.to_ne_bytes()[..],
-                &4u16.to_ne_bytes(),
-                &9000u32.to_ne_bytes()
-            ]
-            .concat()[..]
+            &[&8u16.to_ne_bytes()[..], &4u16.to_ne_bytes(), &9000u32.to_ne_bytes()].concat()[..]
         );
     }
 }

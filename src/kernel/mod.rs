@@ -3,5 +3,6 @@
 pub mod link;
 pub mod netlink;
 pub mod netns;
+pub mod rdma;
 pub mod sysfs;
 pub mod vf;

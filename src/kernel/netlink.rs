@@ -3,8 +3,8 @@
 //! A family is a protocol number and a message type; NETLINK_ROUTE and NETLINK_RDMA are two `impl`s.
 
 use netlink_packet_core::{
-    NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
-    NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_MULTIPART, NLM_F_REQUEST,
+    NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK, NLM_F_CREATE,
+    NLM_F_DUMP, NLM_F_EXCL, NLM_F_MULTIPART, NLM_F_REQUEST,
 };
 use netlink_sys::{Socket as RawSocket, SocketAddr};
 use std::fmt::Debug;
@@ -76,11 +76,7 @@ impl<F: Family> Socket<F> {
         sock.connect(&SocketAddr::new(0, 0))?;
         // Best effort: extended acks give better messages where the kernel has them.
         let _ = sock.set_ext_ack(true);
-        Ok(Socket {
-            sock,
-            seq: 0,
-            _family: PhantomData,
-        })
+        Ok(Socket { sock, seq: 0, _family: PhantomData })
     }
 
     /// Sends one request and returns the replies; a kernel error becomes an `io::Error` with its errno.
@@ -94,14 +90,9 @@ impl<F: Family> Socket<F> {
             let (data, _) = self.sock.recv_from_full()?;
             let mut off = 0;
             while off + 16 <= data.len() {
-                let len =
-                    u32::from_ne_bytes([data[off], data[off + 1], data[off + 2], data[off + 3]])
-                        as usize;
+                let len = u32::from_ne_bytes([data[off], data[off + 1], data[off + 2], data[off + 3]]) as usize;
                 if len < 16 || off + len > data.len() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "truncated netlink message",
-                    ));
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated netlink message"));
                 }
                 let msg = NetlinkMessage::<F::Message>::deserialize(&data[off..off + len])
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;

@@ -16,17 +16,11 @@ pub struct Netns {
 impl Netns {
     /// The namespace this process runs in (the host's, for a CNI plugin).
     pub fn current() -> io::Result<Netns> {
-        Ok(Netns {
-            file: File::open("/proc/thread-self/ns/net")?,
-            path: "host".to_string(),
-        })
+        Ok(Netns { file: File::open("/proc/thread-self/ns/net")?, path: "host".to_string() })
     }
 
     pub fn open(path: &str) -> io::Result<Netns> {
-        Ok(Netns {
-            file: File::open(Path::new(path))?,
-            path: path.to_string(),
-        })
+        Ok(Netns { file: File::open(Path::new(path))?, path: path.to_string() })
     }
 
     pub fn fd(&self) -> RawFd {

@@ -32,18 +32,12 @@ pub struct Vf {
 
 impl Vf {
     pub fn userspace(&self) -> bool {
-        self.driver
-            .as_deref()
-            .is_some_and(|d| USERSPACE_DRIVERS.contains(&d))
+        self.driver.as_deref().is_some_and(|d| USERSPACE_DRIVERS.contains(&d))
     }
 }
 
 fn link_name(p: &Path) -> Option<String> {
-    fs::read_link(p)
-        .ok()?
-        .file_name()?
-        .to_str()
-        .map(str::to_string)
+    fs::read_link(p).ok()?.file_name()?.to_str().map(str::to_string)
 }
 
 impl Default for Sysfs {
@@ -54,9 +48,7 @@ impl Default for Sysfs {
 
 impl Sysfs {
     pub fn from_env() -> Sysfs {
-        let root = std::env::var_os("SRIOV_RDMA_SYSFS")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "/sys".into());
+        let root = std::env::var_os("SRIOV_RDMA_SYSFS").map(PathBuf::from).unwrap_or_else(|| "/sys".into());
         Sysfs { root }
     }
 
@@ -67,10 +59,7 @@ impl Sysfs {
     /// The netdev names under a PCI function, sorted.
     pub fn netdevs(&self, pci: &PciAddr) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(self.pci_dir(pci).join("net"))
-            .map(|rd| {
-                rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .collect()
-            })
+            .map(|rd| rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
             .unwrap_or_default();
         names.sort();
         names
@@ -83,8 +72,7 @@ impl Sysfs {
         names
             .iter()
             .find(|n| {
-                let port =
-                    fs::read_to_string(dir.join(n).join("phys_port_name")).unwrap_or_default();
+                let port = fs::read_to_string(dir.join(n).join("phys_port_name")).unwrap_or_default();
                 !port.trim().starts_with("pf") || !port.contains("vf")
             })
             .or(names.first())
@@ -97,11 +85,7 @@ impl Sysfs {
         for e in fs::read_dir(self.pci_dir(pf_pci))? {
             let e = e?;
             let name = e.file_name();
-            let Some(idx) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix("virtfn"))
-                .and_then(|n| n.parse().ok())
-            else {
+            let Some(idx) = name.to_str().and_then(|n| n.strip_prefix("virtfn")).and_then(|n| n.parse().ok()) else {
                 continue;
             };
             if let Some(pci) = link_name(&e.path()).and_then(|l| PciAddr::parse(&l).ok()) {
@@ -123,31 +107,17 @@ impl Sysfs {
         }
         let pf_pci = link_name(&dir.join("physfn"))
             .and_then(|l| PciAddr::parse(&l).ok())
-            .ok_or_else(|| {
-                CniError::config(format!(
-                    "deviceID {pci} is not an SR-IOV VF (it has no physfn link)"
-                ))
-            })?;
-        let pf = self.pf_netdev(&pf_pci).ok_or_else(|| {
-            CniError::io(format!(
-                "VF {pci}: its PF {pf_pci} has no netdev in the host namespace"
-            ))
-        })?;
+            .ok_or_else(|| CniError::config(format!("deviceID {pci} is not an SR-IOV VF (it has no physfn link)")))?;
+        let pf = self
+            .pf_netdev(&pf_pci)
+            .ok_or_else(|| CniError::io(format!("VF {pci}: its PF {pf_pci} has no netdev in the host namespace")))?;
         let index = self
             .vfs_of(&pf_pci)
-            .map_err(|e| {
-                CniError::io(format!(
-                    "VF {pci}: listing the VFs of PF {pf} ({pf_pci}): {e}"
-                ))
-            })?
+            .map_err(|e| CniError::io(format!("VF {pci}: listing the VFs of PF {pf} ({pf_pci}): {e}")))?
             .into_iter()
             .find(|(_, v)| v == pci)
             .map(|(i, _)| i)
-            .ok_or_else(|| {
-                CniError::io(format!(
-                    "VF {pci}: PF {pf} ({pf_pci}) has no virtfn link to it"
-                ))
-            })?;
+            .ok_or_else(|| CniError::io(format!("VF {pci}: PF {pf} ({pf_pci}) has no virtfn link to it")))?;
         Ok(Vf {
             pci: pci.clone(),
             pf_pci,
@@ -165,17 +135,13 @@ impl Sysfs {
             .and_then(|l| PciAddr::parse(&l).ok())
             .ok_or_else(|| CniError::config(format!("pfName {pf}: no such PCI network device")))?;
         if !self.pci_dir(&pci).join("sriov_totalvfs").exists() {
-            return Err(CniError::config(format!(
-                "pfName {pf} ({pci}) has no SR-IOV capability (no sriov_totalvfs)"
-            )));
+            return Err(CniError::config(format!("pfName {pf} ({pci}) has no SR-IOV capability (no sriov_totalvfs)")));
         }
         Ok(pci)
     }
 
     pub fn read_trimmed(&self, pci: &PciAddr, file: &str) -> Option<String> {
-        fs::read_to_string(self.pci_dir(pci).join(file))
-            .ok()
-            .map(|s| s.trim().to_string())
+        fs::read_to_string(self.pci_dir(pci).join(file)).ok().map(|s| s.trim().to_string())
     }
 }
 
@@ -193,9 +159,7 @@ pub mod fake {
         pub fn new(root: &Path) -> FakeTree {
             fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
             fs::create_dir_all(root.join("class/net")).unwrap();
-            FakeTree {
-                root: root.to_path_buf(),
-            }
+            FakeTree { root: root.to_path_buf() }
         }
 
         fn dev(&self, pci: &str) -> PathBuf {
@@ -206,26 +170,15 @@ pub mod fake {
             fs::create_dir_all(self.dev(pci).join("net").join(netdev)).unwrap();
             fs::write(self.dev(pci).join("sriov_totalvfs"), format!("{total}\n")).unwrap();
             fs::create_dir_all(self.root.join("class/net").join(netdev)).unwrap();
-            symlink(
-                format!("../../../bus/pci/devices/{pci}"),
-                self.root.join("class/net").join(netdev).join("device"),
-            )
-            .unwrap();
+            symlink(format!("../../../bus/pci/devices/{pci}"), self.root.join("class/net").join(netdev).join("device"))
+                .unwrap();
         }
 
         pub fn vf(&self, pf_pci: &str, idx: u32, pci: &str, netdev: Option<&str>, driver: &str) {
             fs::create_dir_all(self.dev(pci)).unwrap();
             symlink(format!("../{pf_pci}"), self.dev(pci).join("physfn")).unwrap();
-            symlink(
-                format!("../{pci}"),
-                self.dev(pf_pci).join(format!("virtfn{idx}")),
-            )
-            .unwrap();
-            symlink(
-                format!("../../../bus/pci/drivers/{driver}"),
-                self.dev(pci).join("driver"),
-            )
-            .unwrap();
+            symlink(format!("../{pci}"), self.dev(pf_pci).join(format!("virtfn{idx}"))).unwrap();
+            symlink(format!("../../../bus/pci/drivers/{driver}"), self.dev(pci).join("driver")).unwrap();
             if let Some(n) = netdev {
                 fs::create_dir_all(self.dev(pci).join("net").join(n)).unwrap();
             }
@@ -239,8 +192,7 @@ mod tests {
     use super::*;
 
     fn tree(name: &str) -> (Sysfs, FakeTree) {
-        let root =
-            std::env::temp_dir().join(format!("sriov-rdma-sysfs-{name}-{}", std::process::id()));
+        let root = std::env::temp_dir().join(format!("sriov-rdma-sysfs-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         let t = FakeTree::new(&root);
         t.pf("0000:3b:00.0", "ens1f0", 8);
@@ -288,12 +240,7 @@ mod tests {
     #[test]
     fn vfs_are_listed_by_number_not_by_name() {
         let (s, _t) = tree("order");
-        let idx: Vec<u32> = s
-            .vfs_of(&pci("0000:3b:00.0"))
-            .unwrap()
-            .into_iter()
-            .map(|(i, _)| i)
-            .collect();
+        let idx: Vec<u32> = s.vfs_of(&pci("0000:3b:00.0")).unwrap().into_iter().map(|(i, _)| i).collect();
         assert_eq!(idx, vec![0, 1, 10]);
         assert_eq!(s.pf_pci("ens1f0").unwrap(), pci("0000:3b:00.0"));
         assert!(s.pf_pci("eth9").unwrap_err().msg.contains("pfName eth9"));

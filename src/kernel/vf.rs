@@ -8,7 +8,7 @@ use crate::cni::config::{LinkState, VfSettings, VlanProto};
 use crate::cni::error::CniError;
 use crate::cni::types::Mac;
 use netlink_packet_route::link::{
-    LinkAttribute, LinkVfInfo, VfInfo, VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck,
+    LinkAttribute, LinkVfInfo, VfInfo, VfInfoGuid, VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck,
     VfInfoTrust, VfInfoVlan, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
 };
 use std::io;
@@ -25,24 +25,28 @@ pub struct VfState {
     pub link_state: Option<LinkState>,
     pub min_tx_rate: u32,
     pub max_tx_rate: u32,
+    /// InfiniBand GUIDs, where the driver reports them (mlx5).
+    #[serde(default)]
+    pub node_guid: Option<u64>,
+    #[serde(default)]
+    pub port_guid: Option<u64>,
 }
 
 /// One change on the PF, in the unit the kernel applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VfSetting {
     Mac(Mac),
-    Vlan {
-        vlan: u16,
-        qos: u8,
-        proto: VlanProto,
-    },
+    Vlan { vlan: u16, qos: u8, proto: VlanProto },
     SpoofChk(bool),
     Trust(bool),
     LinkState(LinkState),
-    Rate {
-        min: u32,
-        max: u32,
-    },
+    Rate { min: u32, max: u32 },
+    Guid { node: u64, port: u64 },
+}
+
+/// `00:11:22:33:44:55:66:77`.
+pub fn guid_str(g: u64) -> String {
+    g.to_be_bytes().iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 fn on_off(b: bool) -> &'static str {
@@ -58,11 +62,7 @@ impl std::fmt::Display for VfSetting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             VfSetting::Mac(m) => write!(f, "mac {m}"),
-            VfSetting::Vlan {
-                vlan,
-                qos,
-                proto: VlanProto::Dot1Ad,
-            } => {
+            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Ad } => {
                 write!(f, "vlanProto 802.1ad (vlan {vlan}, vlanQoS {qos})")
             }
             VfSetting::Vlan { vlan, qos, .. } => write!(f, "vlan {vlan} (vlanQoS {qos})"),
@@ -70,6 +70,10 @@ impl std::fmt::Display for VfSetting {
             VfSetting::Trust(b) => write!(f, "trust {}", on_off(*b)),
             VfSetting::LinkState(s) => write!(f, "link_state {}", format!("{s:?}").to_lowercase()),
             VfSetting::Rate { min, max } => write!(f, "min_tx_rate {min} / max_tx_rate {max}"),
+            VfSetting::Guid { node, port } if node == port => write!(f, "infinibandGUID {}", guid_str(*node)),
+            VfSetting::Guid { node, port } => {
+                write!(f, "infinibandGUID node {} port {}", guid_str(*node), guid_str(*port))
+            }
         }
     }
 }
@@ -77,23 +81,20 @@ impl std::fmt::Display for VfSetting {
 impl VfSetting {
     /// The kernel attributes for VF `vf`.
     pub fn to_vf_info(&self, vf: u32) -> Vec<VfInfo> {
+        if let VfSetting::Guid { node, port } = self {
+            return vec![
+                VfInfo::IbNodeGuid(VfInfoGuid::new(vf, *node)),
+                VfInfo::IbPortGuid(VfInfoGuid::new(vf, *port)),
+            ];
+        }
         vec![match self {
             VfSetting::Mac(m) => VfInfo::Mac(VfInfoMac::new(vf, &m.0)),
-            VfSetting::Vlan {
-                vlan,
-                qos,
-                proto: VlanProto::Dot1Q,
-            } => VfInfo::Vlan(VfInfoVlan::new(vf, *vlan as u32, *qos as u32)),
-            VfSetting::Vlan {
-                vlan,
-                qos,
-                proto: VlanProto::Dot1Ad,
-            } => VfInfo::VlanList(vec![VfVlan::Info(VfVlanInfo::new(
-                vf,
-                *vlan as u32,
-                *qos as u32,
-                VlanProtocol::Ieee8021Ad,
-            ))]),
+            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Q } => {
+                VfInfo::Vlan(VfInfoVlan::new(vf, *vlan as u32, *qos as u32))
+            }
+            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Ad } => VfInfo::VlanList(vec![VfVlan::Info(
+                VfVlanInfo::new(vf, *vlan as u32, *qos as u32, VlanProtocol::Ieee8021Ad),
+            )]),
             VfSetting::SpoofChk(b) => VfInfo::SpoofCheck(VfInfoSpoofCheck::new(vf, *b)),
             VfSetting::Trust(b) => VfInfo::Trust(VfInfoTrust::new(vf, *b)),
             VfSetting::LinkState(s) => VfInfo::LinkState(VfInfoLinkState::new(
@@ -105,6 +106,7 @@ impl VfSetting {
                 },
             )),
             VfSetting::Rate { min, max } => VfInfo::Rate(VfInfoRate::new(vf, *min, *max)),
+            VfSetting::Guid { .. } => unreachable!("handled above"),
         }]
     }
 
@@ -112,18 +114,14 @@ impl VfSetting {
     pub fn original(&self, orig: &VfState) -> Option<VfSetting> {
         Some(match self {
             VfSetting::Mac(_) => VfSetting::Mac(orig.mac.unwrap_or(Mac([0; 6]))),
-            VfSetting::Vlan { .. } => VfSetting::Vlan {
-                vlan: orig.vlan,
-                qos: orig.qos,
-                proto: orig.vlan_proto.unwrap_or(VlanProto::Dot1Q),
-            },
+            VfSetting::Vlan { .. } => {
+                VfSetting::Vlan { vlan: orig.vlan, qos: orig.qos, proto: orig.vlan_proto.unwrap_or(VlanProto::Dot1Q) }
+            }
             VfSetting::SpoofChk(_) => VfSetting::SpoofChk(orig.spoofchk?),
             VfSetting::Trust(_) => VfSetting::Trust(orig.trust?),
             VfSetting::LinkState(_) => VfSetting::LinkState(orig.link_state?),
-            VfSetting::Rate { .. } => VfSetting::Rate {
-                min: orig.min_tx_rate,
-                max: orig.max_tx_rate,
-            },
+            VfSetting::Rate { .. } => VfSetting::Rate { min: orig.min_tx_rate, max: orig.max_tx_rate },
+            VfSetting::Guid { .. } => VfSetting::Guid { node: orig.node_guid?, port: orig.port_guid? },
         })
     }
 }
@@ -149,6 +147,9 @@ pub fn planned(cfg: &VfSettings, orig: &VfState) -> Vec<VfSetting> {
     }
     if let Some(s) = cfg.link_state {
         out.push(VfSetting::LinkState(s));
+    }
+    if let Some(g) = cfg.guid {
+        out.push(VfSetting::Guid { node: g, port: g });
     }
     if cfg.min_tx_rate.is_some() || cfg.max_tx_rate.is_some() {
         out.push(VfSetting::Rate {
@@ -185,10 +186,7 @@ pub fn apply_all(
             let mut err = CniError::io(format!("setting {s} on VF {vf} of PF {}: {e}", pf.name));
             let undo = restore_all(ctl, pf, vf, &plan[..i], orig);
             if !undo.is_empty() {
-                err = err.with_details(format!(
-                    "and undoing the settings before it: {}",
-                    join(&undo)
-                ));
+                err = err.with_details(format!("and undoing the settings before it: {}", join(&undo)));
             }
             return Err(err);
         }
@@ -197,23 +195,14 @@ pub fn apply_all(
 }
 
 /// Puts back the original value of every setting in `plan`, in reverse; keeps going and returns the errors.
-pub fn restore_all(
-    ctl: &mut dyn PfControl,
-    pf: &Pf,
-    vf: u32,
-    plan: &[VfSetting],
-    orig: &VfState,
-) -> Vec<String> {
+pub fn restore_all(ctl: &mut dyn PfControl, pf: &Pf, vf: u32, plan: &[VfSetting], orig: &VfState) -> Vec<String> {
     let mut errors = Vec::new();
     for s in plan.iter().rev() {
         let Some(back) = s.original(orig) else {
             continue;
         };
         if let Err(e) = ctl.apply(pf, vf, &back) {
-            errors.push(format!(
-                "restoring {back} on VF {vf} of PF {}: {e}",
-                pf.name
-            ));
+            errors.push(format!("restoring {back} on VF {vf} of PF {}: {e}", pf.name));
         }
     }
     errors
@@ -225,11 +214,7 @@ pub fn join(errors: &[String]) -> String {
 
 /// Reads a VF's entry out of the PF's VF table.
 pub fn state_from_table(table: &[Vec<VfInfo>], vf: u32) -> Option<VfState> {
-    let entry = table.iter().find(|infos| {
-        infos
-            .iter()
-            .any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf))
-    })?;
+    let entry = table.iter().find(|infos| infos.iter().any(|i| matches!(i, VfInfo::Mac(m) if m.vf_id == vf)))?;
     let mut st = VfState::default();
     for i in entry {
         match i {
@@ -261,6 +246,8 @@ pub fn state_from_table(table: &[Vec<VfInfo>], vf: u32) -> Option<VfState> {
                 st.min_tx_rate = r.min_tx_rate;
                 st.max_tx_rate = r.max_tx_rate;
             }
+            VfInfo::IbNodeGuid(g) => st.node_guid = Some(g.guid),
+            VfInfo::IbPortGuid(g) => st.port_guid = Some(g.guid),
             _ => {}
         }
     }
@@ -317,6 +304,10 @@ pub mod fake {
                     self.state.min_tx_rate = *min;
                     self.state.max_tx_rate = *max;
                 }
+                VfSetting::Guid { node, port } => {
+                    self.state.node_guid = Some(*node);
+                    self.state.port_guid = Some(*port);
+                }
             }
             Ok(())
         }
@@ -329,10 +320,7 @@ mod tests {
     use super::*;
 
     fn pf() -> Pf {
-        Pf {
-            name: "ens1f0".into(),
-            index: 4,
-        }
+        Pf { name: "ens1f0".into(), index: 4 }
     }
 
     fn orig() -> VfState {
@@ -346,6 +334,8 @@ mod tests {
             link_state: Some(LinkState::Auto),
             min_tx_rate: 0,
             max_tx_rate: 0,
+            node_guid: None,
+            port_guid: None,
         }
     }
 
@@ -360,15 +350,13 @@ mod tests {
             link_state: Some(LinkState::Enable),
             min_tx_rate: None,
             max_tx_rate: Some(500),
+            guid: None,
         }
     }
 
     #[test]
     fn applies_in_order_and_restores_exactly() {
-        let mut ctl = RecordingPf {
-            state: orig(),
-            ..Default::default()
-        };
+        let mut ctl = RecordingPf { state: orig(), ..Default::default() };
         let plan = planned(&cfg(), &orig());
         apply_all(&mut ctl, &pf(), 1, &plan, &orig()).unwrap();
         assert_eq!(ctl.log, plan);
@@ -389,11 +377,7 @@ mod tests {
         let err = apply_all(&mut ctl, &pf(), 1, &plan, &orig()).unwrap_err();
         assert!(err.msg.contains("link_state enable"), "{}", err.msg);
         assert!(err.msg.contains("VF 1 of PF ens1f0"), "{}", err.msg);
-        assert_eq!(
-            ctl.state,
-            orig(),
-            "everything applied before the refusal is undone"
-        );
+        assert_eq!(ctl.state, orig(), "everything applied before the refusal is undone");
         // mac, vlan, spoofchk, trust applied; then trust, spoofchk, vlan, mac restored.
         assert_eq!(ctl.log.len(), 8);
         assert_eq!(ctl.log[4], VfSetting::Trust(false));
@@ -401,26 +385,31 @@ mod tests {
     }
 
     #[test]
+    fn guid_is_set_as_node_and_port_and_restored() {
+        let o = VfState { node_guid: Some(1), port_guid: Some(2), ..orig() };
+        let mut ctl = RecordingPf { state: o.clone(), ..Default::default() };
+        let plan = planned(&VfSettings { guid: Some(0x0011_2233_4455_6677), ..Default::default() }, &o);
+        assert_eq!(plan[0].to_string(), "infinibandGUID 00:11:22:33:44:55:66:77");
+        let infos = plan[0].to_vf_info(3);
+        assert!(matches!(infos[0], VfInfo::IbNodeGuid(g) if g.vf_id == 3 && g.guid == 0x0011_2233_4455_6677));
+        assert!(matches!(infos[1], VfInfo::IbPortGuid(g) if g.vf_id == 3 && g.guid == 0x0011_2233_4455_6677));
+        apply_all(&mut ctl, &pf(), 3, &plan, &o).unwrap();
+        assert_eq!(ctl.state.port_guid, Some(0x0011_2233_4455_6677));
+        assert!(restore_all(&mut ctl, &pf(), 3, &plan, &o).is_empty());
+        assert_eq!(ctl.state, o);
+        let st = state_from_table(&[[VfSetting::Mac(Mac([0; 6])).to_vf_info(3), infos].concat()], 3).unwrap();
+        assert_eq!((st.node_guid, st.port_guid), (Some(0x0011_2233_4455_6677), Some(0x0011_2233_4455_6677)));
+    }
+
+    #[test]
     fn settings_render_as_config_keys() {
-        let plan = planned(
-            &VfSettings {
-                vlan: Some(5),
-                vlan_proto: Some(VlanProto::Dot1Ad),
-                ..Default::default()
-            },
-            &orig(),
-        );
+        let plan =
+            planned(&VfSettings { vlan: Some(5), vlan_proto: Some(VlanProto::Dot1Ad), ..Default::default() }, &orig());
         assert_eq!(plan[0].to_string(), "vlanProto 802.1ad (vlan 5, vlanQoS 0)");
         assert!(matches!(plan[0].to_vf_info(2)[0], VfInfo::VlanList(_)));
         let plan = planned(
-            &VfSettings {
-                min_tx_rate: Some(10),
-                ..Default::default()
-            },
-            &VfState {
-                max_tx_rate: 90,
-                ..orig()
-            },
+            &VfSettings { min_tx_rate: Some(10), ..Default::default() },
+            &VfState { max_tx_rate: 90, ..orig() },
         );
         assert_eq!(plan, vec![VfSetting::Rate { min: 10, max: 90 }]);
     }
@@ -431,12 +420,7 @@ mod tests {
             VfSetting::Mac(Mac([2, 0, 0, 0, 0, 9])).to_vf_info(0),
             [
                 VfSetting::Mac(Mac([2, 0, 0, 0, 0, 1])).to_vf_info(1),
-                VfSetting::Vlan {
-                    vlan: 7,
-                    qos: 2,
-                    proto: VlanProto::Dot1Q,
-                }
-                .to_vf_info(1),
+                VfSetting::Vlan { vlan: 7, qos: 2, proto: VlanProto::Dot1Q }.to_vf_info(1),
                 VfSetting::Trust(true).to_vf_info(1),
                 VfSetting::Rate { min: 1, max: 2 }.to_vf_info(1),
             ]

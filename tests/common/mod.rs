@@ -15,20 +15,13 @@ use std::process::{Command, Output, Stdio};
 pub const CNI_PATH: &str = "/usr/lib/cni";
 
 pub fn sh(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("running a command of the test bed");
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("running a command of the test bed");
     out
 }
 
 pub fn must(args: &[&str]) -> String {
     let out = sh(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -117,11 +110,7 @@ impl Bed {
         .unwrap();
         for i in 0..n {
             let pci = format!("0000:{:02x}:02.{}", tag_bus(tag), i % 8);
-            let pci = if i >= 8 {
-                format!("0000:{:02x}:03.{}", tag_bus(tag), i % 8)
-            } else {
-                pci
-            };
+            let pci = if i >= 8 { format!("0000:{:02x}:03.{}", tag_bus(tag), i % 8) } else { pci };
             let name = format!("t{tag}v{i}");
             bed.veth(&name);
             bed.add_vf(i, &pci, Some(&name), "igbvf");
@@ -133,9 +122,7 @@ impl Bed {
     fn veth(&mut self, name: &str) {
         let peer = format!("{name}p");
         let _ = sh(&["ip", "link", "del", name]);
-        must(&[
-            "ip", "link", "add", name, "type", "veth", "peer", "name", &peer,
-        ]);
+        must(&["ip", "link", "add", name, "type", "veth", "peer", "name", &peer]);
         self.links.push(name.to_string());
         self.links.push(peer);
     }
@@ -149,16 +136,8 @@ impl Bed {
         let d = self.pci_dir(pci);
         fs::create_dir_all(&d).unwrap();
         symlink(format!("../{}", self.pf_pci), d.join("physfn")).unwrap();
-        symlink(
-            format!("../{pci}"),
-            self.pci_dir(&self.pf_pci).join(format!("virtfn{idx}")),
-        )
-        .unwrap();
-        symlink(
-            format!("../../../bus/pci/drivers/{driver}"),
-            d.join("driver"),
-        )
-        .unwrap();
+        symlink(format!("../{pci}"), self.pci_dir(&self.pf_pci).join(format!("virtfn{idx}"))).unwrap();
+        symlink(format!("../../../bus/pci/drivers/{driver}"), d.join("driver")).unwrap();
         if let Some(n) = netdev {
             fs::create_dir_all(d.join("net").join(n)).unwrap();
         }
@@ -183,14 +162,7 @@ impl Bed {
         let mut e = HashMap::new();
         e.insert("CNI_COMMAND".into(), cmd.into());
         e.insert("CNI_CONTAINERID".into(), cid.into());
-        e.insert(
-            "CNI_NETNS".into(),
-            if ns.is_empty() {
-                String::new()
-            } else {
-                format!("/var/run/netns/{ns}")
-            },
-        );
+        e.insert("CNI_NETNS".into(), if ns.is_empty() { String::new() } else { format!("/var/run/netns/{ns}") });
         e.insert("CNI_IFNAME".into(), ifname.into());
         e.insert("CNI_PATH".into(), CNI_PATH.into());
         e
@@ -216,8 +188,7 @@ impl Bed {
 }
 
 fn tag_bus(tag: &str) -> u8 {
-    tag.bytes()
-        .fold(0x40u8, |a, b| a.wrapping_mul(31).wrapping_add(b))
+    tag.bytes().fold(0x40u8, |a, b| a.wrapping_mul(31).wrapping_add(b))
 }
 
 impl Drop for Bed {
@@ -240,12 +211,8 @@ pub struct Run {
 
 impl Run {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not JSON ({e}): {:?} / {}",
-                self.stdout, self.stderr
-            )
-        })
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?} / {}", self.stdout, self.stderr))
     }
 
     pub fn code(&self) -> u64 {
@@ -275,12 +242,7 @@ pub fn run_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, con
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawning sriov-rdma");
     use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     Run {
         ok: out.status.success(),
