@@ -29,9 +29,20 @@ fn every_vf_setting_has_a_layout_the_kernel_accepts() {
         VfSetting::Trust(true),
         VfSetting::LinkState(LinkState::Enable),
         VfSetting::Rate { min: 10, max: 100 },
+        VfSetting::Guid { node: 0x0011_2233_4455_6677, port: 0x0011_2233_4455_6677 },
     ] {
         let err = ctl.apply(&pf, 1, &s).expect_err("a veth has no VFs");
         assert_eq!(err.raw_os_error(), Some(libc::EOPNOTSUPP), "{s}: {err}");
     }
     let _ = sh(&["ip", "link", "del", "tkpol0"]);
+}
+
+#[test]
+fn a_kernel_without_rdma_is_reported_not_crashed() {
+    // This machine's kernel has no ib_core: the socket answers EPROTONOSUPPORT, which means "no RDMA here".
+    if std::path::Path::new("/sys/class/infiniband").exists() {
+        eprintln!("skipped: this kernel has an RDMA subsystem");
+        return;
+    }
+    assert!(sriov_rdma_cni::kernel::rdma::open().unwrap().is_none());
 }

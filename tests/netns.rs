@@ -381,3 +381,40 @@ fn status_and_version() {
     assert_eq!(v["cniVersion"], "0.4.0");
     assert_eq!(v["supportedVersions"], serde_json::json!(["0.3.1", "0.4.0", "1.0.0", "1.1.0"]));
 }
+
+#[test]
+fn rdma_policy_and_device_info_on_a_host_without_rdma() {
+    root_only!();
+    let mut bed = Bed::new("rdm", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    // "isolated" needs an RDMA subsystem: refused before anything is touched, with the fix named.
+    let r = bed.run("ADD", "c1", &ns, "net1", &conf_dev("1.0.0", &pci, r#","rdma":"isolated""#));
+    assert_eq!(r.code(), 7, "{}", r.stdout);
+    assert!(r.msg().contains("rdma \"isolated\"") && r.msg().contains("no RDMA subsystem"), "{}", r.msg());
+    assert_eq!(identity(None, &vf), Some(before.clone()));
+    assert!(bed.records().is_empty());
+
+    // "auto" attaches the netdev and writes the device-info file Multus asked for; DEL removes it.
+    let info = bed.dir.join("devinfo/rdm-net1.json");
+    let extra = format!(r#","runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#, info.display());
+    let conf = conf_dev("1.0.0", &pci, &extra);
+    let r = bed.run("ADD", "c1", &ns, "net1", &conf);
+    r.ok();
+    assert!(r.stderr.contains("no RDMA subsystem"), "auto says why it does netdev only: {}", r.stderr);
+    let v: Value = serde_json::from_slice(&std::fs::read(&info).unwrap()).unwrap();
+    assert_eq!(v["type"], "pci");
+    assert_eq!(v["version"], "1.1.0");
+    assert_eq!(v["pci"]["pci-address"], pci.as_str());
+    assert_eq!(v["pci"]["pf-pci-address"], bed.pf_pci.as_str());
+    bed.run("DEL", "c1", &ns, "net1", &conf).ok();
+    assert!(!info.exists(), "DEL removes the file it wrote");
+    assert_eq!(identity(None, &vf), Some(before));
+
+    // A file that was there before ADD is not ours: left alone.
+    std::fs::write(&info, "{}").unwrap();
+    bed.run("ADD", "c2", &ns, "net1", &conf).ok();
+    bed.run("DEL", "c2", &ns, "net1", &conf).ok();
+    assert_eq!(std::fs::read_to_string(&info).unwrap(), "{}");
+}

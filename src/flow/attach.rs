@@ -5,14 +5,16 @@
 //! up state restored on the host → IPAM DEL → record removed (kept if anything really failed).
 
 use super::ipam::{self, Target};
+use super::rdma;
 use super::state::{Attachment, Store, VfLock};
-use crate::cni::config::{NetConf, VfSource};
+use crate::cni::config::{NetConf, RdmaPolicy, VfSource};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::result::{AttachResult, Interface};
 use crate::kernel::link::{Link, RouteSocket};
 use crate::kernel::netlink::Route;
 use crate::kernel::netns::Netns;
+use crate::kernel::rdma::{self as kernel_rdma, RdmaSocket};
 use crate::kernel::sysfs::{Sysfs, Vf};
 use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfState};
 use netlink_packet_route::link::LinkAttribute;
@@ -148,6 +150,7 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
         }
         Some(link)
     };
+    let (rdma, mut rdma_sock) = prepare_rdma(&mut host, conf, &vf, netdev.as_ref().map(|l| l.index))?;
     let mut rec = Attachment {
         network: conf.name.clone(),
         container_id: env.container_id.clone(),
@@ -163,6 +166,8 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
         netdev,
         mtu: conf.mtu,
         complete: false,
+        rdma,
+        device_info: None,
     };
     host.store.save(&rec)?;
     crate::info!(
@@ -176,7 +181,7 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
     );
 
     let mut progress = Progress::default();
-    match attach(&mut host, &mut pod, conf, env, &rec, &pf, &plan, &mut progress) {
+    match attach(&mut host, &mut pod, conf, env, &mut rec, &pf, &plan, rdma_sock.as_mut(), &mut progress) {
         Ok(result) => {
             rec.complete = true;
             host.store.save(&rec)?;
@@ -188,7 +193,7 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
                 &mut host,
                 Some(&mut pod),
                 &rec,
-                Undo { netdev_moved: progress.moved, settings_applied: progress.settings },
+                Undo { netdev_moved: progress.moved, settings_applied: progress.settings, rdma_moved: progress.rdma },
             );
             if progress.ipam {
                 if let Err(e) = ipam::exec(conf, env, "DEL", &Target::of_env(env)) {
@@ -209,6 +214,7 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
 #[derive(Default)]
 struct Progress {
     settings: bool,
+    rdma: bool,
     moved: bool,
     ipam: bool,
 }
@@ -220,10 +226,44 @@ pub struct Undo {
     pub netdev_moved: bool,
     /// Restore the PF-side settings (false when applying them failed and was already undone).
     pub settings_applied: bool,
+    /// Move the RDMA device back if the pod still has it.
+    pub rdma_moved: bool,
 }
 
 impl Undo {
-    pub const ALL: Undo = Undo { netdev_moved: true, settings_applied: true };
+    pub const ALL: Undo = Undo { netdev_moved: true, settings_applied: true, rdma_moved: true };
+}
+
+/// Discovers the VF's RDMA device and applies the `rdma` policy; fails (for "isolated") before anything changes.
+fn prepare_rdma(
+    host: &mut Host,
+    conf: &NetConf,
+    vf: &Vf,
+    ifindex: Option<u32>,
+) -> CniResult<(Option<rdma::RdmaRecord>, Option<RdmaSocket>)> {
+    if conf.rdma == RdmaPolicy::Off {
+        return Ok((None, None));
+    }
+    let mut sock = kernel_rdma::open().ctx(|| "opening RDMA netlink".to_string())?;
+    let mode = match sock.as_mut() {
+        Some(s) => Some(s.netns_mode().ctx(|| "reading the RDMA netns mode".to_string())?),
+        None => None,
+    };
+    let found = rdma::discover(&host.sysfs, vf, ifindex, sock.as_mut())
+        .ctx(|| format!("finding the RDMA device of VF {}", vf.pci))?;
+    let rec = match rdma::decide(conf.rdma, &vf.pci, found, mode)? {
+        rdma::Decision::Skip(why) => {
+            crate::info!("VF {}: {why}", vf.pci);
+            None
+        }
+        rdma::Decision::Leave(device, why) => {
+            crate::info!("VF {}: {why}", vf.pci);
+            Some(rdma::RdmaRecord { device, moved: false, gids: Vec::new() })
+        }
+        // Recorded as moved before the move: DEL moves back only what the pod really has.
+        rdma::Decision::Move(device) => Some(rdma::RdmaRecord { device, moved: true, gids: Vec::new() }),
+    };
+    Ok((rec, sock))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -232,15 +272,24 @@ fn attach(
     pod: &mut Pod,
     conf: &NetConf,
     env: &CniEnv,
-    rec: &Attachment,
+    rec: &mut Attachment,
     pf: &Pf,
     plan: &[vf::VfSetting],
+    mut rdma_sock: Option<&mut RdmaSocket>,
     progress: &mut Progress,
 ) -> CniResult<AttachResult> {
     if let Some(orig) = &rec.vf_original {
         vf::apply_all(&mut NetlinkPf(&mut host.route), pf, rec.vf_index, plan, orig)?;
     }
     progress.settings = true;
+    if rec.vf_settings.guid.is_some() && rec.driver.as_deref() == Some("mlx5_core") {
+        refresh_after_rebind(host, rec, rdma_sock.as_deref_mut())?;
+    }
+    // The RDMA device goes first: then the netdev, which it may be bound to.
+    if let (Some(r), Some(sock)) = (rec.rdma.as_mut().filter(|r| r.moved), rdma_sock) {
+        r.moved = rdma::move_in(sock, conf.rdma, &r.device, pod.ns.fd(), &env.netns)?;
+        progress.rdma = r.moved;
+    }
     let mut iface = Interface {
         name: env.ifname.clone(),
         mac: None,
@@ -272,11 +321,89 @@ fn attach(
                 .ctx(|| format!("adding route {} to {} in {}", r.dst, env.ifname, env.netns))?;
         }
     }
+    if let Some(r) = rec.rdma.as_mut() {
+        r.gids = roce_gids(host, pod, conf, env, &r.device.name, &result)?;
+    }
+    if let Some(path) = &conf.device_info_file {
+        let dev = rec.rdma.as_ref().map(|r| r.device.name.as_str());
+        if rdma::write_device_info(path, &rec.pci, &rec.pf_pci, dev)
+            .ctx(|| format!("writing the device-info file {}", path.display()))?
+        {
+            rec.device_info = Some(path.clone());
+        }
+    }
     result.interfaces = vec![iface];
     if result.dns.is_none() {
         result.dns = conf.dns.clone().filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
     }
     Ok(result)
+}
+
+/// The RoCE v2 GID index of each pod address on the VF's RDMA device, as the pod sees it. A missing GID fails
+/// ADD under "isolated" and is logged under "auto"; an InfiniBand port (no RoCE) is skipped.
+fn roce_gids(
+    host: &Host,
+    pod: &Pod,
+    conf: &NetConf,
+    env: &CniEnv,
+    dev: &str,
+    result: &AttachResult,
+) -> CniResult<Vec<rdma::GidIndex>> {
+    let ips: Vec<std::net::IpAddr> = result.ips.iter().map(|i| i.address.addr).collect();
+    if ips.is_empty() {
+        return Ok(Vec::new());
+    }
+    let link_layer = host.sysfs.in_netns(&pod.ns, |s| s.ib_port_attr(dev, 1, "link_layer")).ok().flatten();
+    if link_layer.as_deref() == Some("InfiniBand") {
+        return Ok(Vec::new());
+    }
+    let found = rdma::gid_indexes(&host.sysfs, &pod.ns, dev, &ips, rdma::GID_WAIT)
+        .ctx(|| format!("reading the GID table of {dev} in {}", env.netns))?;
+    for g in &found {
+        crate::info!("RoCE v2 GID index {} for {} on {dev} (NCCL_IB_GID_INDEX={})", g.index, g.address, g.index);
+    }
+    if let Some(missing) = ips.iter().find(|ip| !found.iter().any(|g| g.address == **ip)) {
+        let msg = format!(
+            "no RoCE v2 GID for {missing} on {dev} as {} sees it after {}s",
+            env.netns,
+            rdma::GID_WAIT.as_secs()
+        );
+        if conf.rdma == RdmaPolicy::Isolated {
+            return Err(CniError::io(msg));
+        }
+        crate::warn!("{msg}");
+    }
+    Ok(found)
+}
+
+/// mlx5 applies a new GUID only after the VF driver is rebound; the netdev and RDMA device come back with
+/// new indexes (and possibly names), so both are looked up again. Exercised by fakes only: no mlx5 here.
+fn refresh_after_rebind(host: &mut Host, rec: &mut Attachment, sock: Option<&mut RdmaSocket>) -> CniResult<()> {
+    host.sysfs.rebind(&rec.pci).ctx(|| format!("rebinding VF {} to mlx5_core to apply its GUID", rec.pci))?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    if let Some(orig) = rec.netdev.as_mut() {
+        let link = loop {
+            let name = host.sysfs.netdevs(&rec.pci).into_iter().next();
+            let l = match &name {
+                Some(n) => host.route.link_by_name(n).ctx(|| format!("looking up {n}"))?,
+                None => None,
+            };
+            if let Some(l) = l {
+                break l;
+            }
+            if Instant::now() >= deadline {
+                return Err(CniError::io(format!("VF {} has no netdev 5s after the driver rebind", rec.pci)));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        orig.index = link.index;
+    }
+    if let (Some(r), Some(sock)) = (rec.rdma.as_mut(), sock) {
+        let name = host.sysfs.rdma_devices_of(&rec.pci).into_iter().next().unwrap_or(r.device.name.clone());
+        let index = sock.devices().ctx(|| "listing RDMA devices".to_string())?.into_iter().find(|d| d.name == name);
+        r.device = rdma::Found { name, index: index.map(|d| d.index) };
+    }
+    Ok(())
 }
 
 /// Moves the netdev into the pod under CNI_IFNAME, then MTU, MAC, up; returns its index there.
@@ -327,19 +454,36 @@ fn is_ours(l: &Link, rec: &Attachment) -> bool {
 pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Undo) -> Vec<String> {
     let mut errors = Vec::new();
     let pod_alive = pod.is_some();
-    if let (Some(orig), Some(pod)) = (&rec.netdev, pod) {
-        if undo.netdev_moved {
-            match pod.route.link_by_name(&rec.ifname) {
-                Ok(Some(l)) if is_ours(&l, rec) => {
-                    if let Err(e) = pod.route.move_link(l.index, host.ns.fd(), &orig.name) {
-                        errors.push(format!(
-                            "moving VF {} ({}) from {} back to the host as {}: {e}",
-                            rec.pci, rec.ifname, rec.netns, orig.name
-                        ));
+    let mut pod_ns = None;
+    if let Some(pod) = pod {
+        if let Some(orig) = &rec.netdev {
+            if undo.netdev_moved {
+                match pod.route.link_by_name(&rec.ifname) {
+                    Ok(Some(l)) if is_ours(&l, rec) => {
+                        if let Err(e) = pod.route.move_link(l.index, host.ns.fd(), &orig.name) {
+                            errors.push(format!(
+                                "moving VF {} ({}) from {} back to the host as {}: {e}",
+                                rec.pci, rec.ifname, rec.netns, orig.name
+                            ));
+                        }
                     }
+                    Ok(_) => crate::info!("VF {} is not in {} as {}", rec.pci, rec.netns, rec.ifname),
+                    Err(e) => errors.push(format!("looking up {} in {}: {e}", rec.ifname, rec.netns)),
                 }
-                Ok(_) => crate::info!("VF {} is not in {} as {}", rec.pci, rec.netns, rec.ifname),
-                Err(e) => errors.push(format!("looking up {} in {}: {e}", rec.ifname, rec.netns)),
+            }
+        }
+        pod_ns = Some(&pod.ns);
+    }
+    // The RDMA device comes back after the netdev: ADD moved it first.
+    if let (Some(r), Some(pod)) = (rec.rdma.as_ref().filter(|r| r.moved && undo.rdma_moved), pod_ns) {
+        if let Err(e) = rdma::move_out(pod, host.ns.fd(), &r.device) {
+            errors.push(e);
+        }
+    }
+    if let Some(path) = &rec.device_info {
+        if let Err(e) = std::fs::remove_file(path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                errors.push(format!("removing the device-info file {}: {e}", path.display()));
             }
         }
     }

@@ -2,14 +2,20 @@
 
 use super::attach::{finish, release, Host, Pod};
 use super::ipam::{self, Target};
+use super::rdma::gid_indexes;
+use super::state::Attachment;
 use super::state::Store;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code, IoContext};
+use crate::cni::types::IpNet;
 use crate::cni::types::Mac;
+use crate::kernel::rdma::Rdma;
 use crate::kernel::sysfs::Sysfs;
 use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfSetting, VfState};
 use serde_json::Value;
+use std::net::IpAddr;
+use std::time::Duration;
 
 fn mismatch(msg: String) -> CniError {
     CniError::io(msg)
@@ -71,6 +77,7 @@ pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
                 return Err(mismatch(format!("address {want} is missing from {} in {}", env.ifname, env.netns)));
             }
         }
+        check_gids(&pod, env, &rec, &have)?;
     }
     if let Some(orig) = &rec.vf_original {
         let plan = vf::planned(&rec.vf_settings, orig);
@@ -96,6 +103,59 @@ pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         }
     }
     ipam::exec(conf, env, "CHECK", &Target::of_env(env)).map(drop)
+}
+
+/// The RDMA device of the interface: the recorded one, or one bound to it inside the pod (created there after
+/// ADD, as with soft-RoCE in shared mode).
+fn pod_rdma_device(pod: &Pod, rec: &Attachment, ifname: &str) -> Option<String> {
+    if let Some(r) = &rec.rdma {
+        return Some(r.device.name.clone());
+    }
+    let mut sock = pod.ns.socket::<Rdma>().ok()?;
+    for d in sock.devices().ok()? {
+        if sock.ports(d.index).ok()?.iter().any(|p| p.ndev_name.as_deref() == Some(ifname)) {
+            return Some(d.name);
+        }
+    }
+    None
+}
+
+/// Every pod address has a RoCE v2 GID on the interface's RDMA device, at the index ADD recorded.
+fn check_gids(pod: &Pod, env: &CniEnv, rec: &Attachment, have: &[IpNet]) -> CniResult<()> {
+    if rec.rdma.as_ref().is_some_and(|r| !r.moved && r.gids.is_empty()) {
+        // Left in place (shared mode) with no GID at ADD: nothing was promised.
+        return Ok(());
+    }
+    let Some(dev) = pod_rdma_device(pod, rec, &env.ifname) else { return Ok(()) };
+    let sysfs = Sysfs::from_env();
+    let link_layer = sysfs.in_netns(&pod.ns, |s| s.ib_port_attr(&dev, 1, "link_layer")).ok().flatten();
+    if link_layer.as_deref() == Some("InfiniBand") {
+        return Ok(());
+    }
+    let ips: Vec<IpAddr> = have.iter().map(|n| n.addr).filter(|a| !is_link_local(a)).collect();
+    let found = gid_indexes(&sysfs, &pod.ns, &dev, &ips, Duration::from_millis(500))
+        .ctx(|| format!("reading the GID table of {dev} in {}", env.netns))?;
+    for ip in &ips {
+        let Some(g) = found.iter().find(|g| g.address == *ip) else {
+            return Err(mismatch(format!("no RoCE v2 GID for {ip} on {dev} in {}", env.netns)));
+        };
+        let recorded = rec.rdma.as_ref().and_then(|r| r.gids.iter().find(|r| r.address == *ip));
+        if let Some(r) = recorded.filter(|r| r.index != g.index) {
+            return Err(mismatch(format!(
+                "RoCE v2 GID of {ip} on {dev} is at index {}, ADD recorded {} (NCCL_IB_GID_INDEX)",
+                g.index, r.index
+            )));
+        }
+        crate::info!("CHECK: RoCE v2 GID index {} for {ip} on {dev}", g.index);
+    }
+    Ok(())
+}
+
+fn is_link_local(a: &IpAddr) -> bool {
+    match a {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
 }
 
 pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {

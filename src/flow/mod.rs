@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod check;
 pub mod ipam;
+pub mod rdma;
 pub mod state;
 
 use crate::cni::config::{sniff_version, NetConf, Version, SUPPORTED_VERSIONS};

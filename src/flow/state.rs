@@ -39,6 +39,12 @@ pub struct Attachment {
     pub mtu: Option<u32>,
     /// True once ADD has finished; a record left `false` is the trace of an interrupted ADD.
     pub complete: bool,
+    /// The VF's RDMA device, when it has one and `rdma` is not "off".
+    #[serde(default)]
+    pub rdma: Option<crate::flow::rdma::RdmaRecord>,
+    /// The device-info file this attachment wrote (removed by DEL).
+    #[serde(default)]
+    pub device_info: Option<PathBuf>,
 }
 
 pub struct Store {
@@ -206,6 +212,12 @@ mod tests {
             }),
             mtu: Some(9000),
             complete: true,
+            rdma: Some(crate::flow::rdma::RdmaRecord {
+                device: crate::flow::rdma::Found { name: "mlx5_3".into(), index: Some(4) },
+                moved: true,
+                gids: vec![crate::flow::rdma::GidIndex { address: "10.1.0.2".parse().unwrap(), index: 3 }],
+            }),
+            device_info: Some("/var/run/k8s.cni.cncf.io/devinfo/x.json".into()),
         }
     }
 

@@ -7,10 +7,24 @@ use crate::cni::error::{CniError, CniResult};
 use crate::cni::types::PciAddr;
 use std::fs;
 use std::io;
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
+
+use super::netns::Netns;
+use nix::sched::CloneFlags;
 
 /// Drivers that hand the VF to user space (DPDK and VMs): no netdev to move.
 pub const USERSPACE_DRIVERS: [&str; 4] = ["vfio-pci", "uio_pci_generic", "igb_uio", "vfio_pci"];
+
+/// One GID table entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Gid {
+    pub index: u32,
+    pub gid: Ipv6Addr,
+    /// `RoCE v2`, `IB/RoCE v1`.
+    pub kind: Option<String>,
+    pub ndev: Option<String>,
+}
 
 #[derive(Debug, Clone)]
 pub struct Sysfs {
@@ -140,6 +154,93 @@ impl Sysfs {
         Ok(pci)
     }
 
+    /// RDMA devices whose parent is this PCI function (`<pci>/infiniband/*`: mlx5 and other hardware).
+    pub fn rdma_devices_of(&self, pci: &PciAddr) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(self.pci_dir(pci).join("infiniband"))
+            .map(|rd| rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    pub fn ib_port_dir(&self, dev: &str, port: u32) -> PathBuf {
+        self.root.join("class/infiniband").join(dev).join("ports").join(port.to_string())
+    }
+
+    /// A port file of an RDMA device (`state`, `link_layer`, …), trimmed.
+    pub fn ib_port_attr(&self, dev: &str, port: u32, file: &str) -> Option<String> {
+        fs::read_to_string(self.ib_port_dir(dev, port).join(file)).ok().map(|s| s.trim().to_string())
+    }
+
+    /// The populated entries of a port's GID table, like `show_gids`.
+    pub fn gids(&self, dev: &str, port: u32) -> Vec<Gid> {
+        let dir = self.ib_port_dir(dev, port);
+        let mut out = Vec::new();
+        let Ok(rd) = fs::read_dir(dir.join("gids")) else { return out };
+        for e in rd.flatten() {
+            let Some(index) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Some(gid) = fs::read_to_string(e.path()).ok().and_then(|g| g.trim().parse::<Ipv6Addr>().ok()) else {
+                continue;
+            };
+            if gid.is_unspecified() {
+                continue;
+            }
+            let attr = |kind: &str| {
+                fs::read_to_string(dir.join("gid_attrs").join(kind).join(index.to_string()))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+            };
+            out.push(Gid { index, gid, kind: attr("types"), ndev: attr("ndevs") });
+        }
+        out.sort_by_key(|g| g.index);
+        out
+    }
+
+    /// The RoCE v2 GID index of an address (IPv4 as `::ffff:a.b.c.d`) on a port.
+    pub fn roce_v2_index(&self, dev: &str, port: u32, ip: IpAddr) -> Option<u32> {
+        let want = match ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        };
+        self.gids(dev, port)
+            .into_iter()
+            .find(|g| g.gid == want && g.kind.as_deref().is_some_and(|k| k.eq_ignore_ascii_case("RoCE v2")))
+            .map(|g| g.index)
+    }
+
+    /// Runs `f` on the sysfs as namespace `ns` sees it. sysfs is namespace-tagged, so this mounts a fresh one
+    /// in a private mount namespace on a thread inside `ns`. A test tree (`SRIOV_RDMA_SYSFS`) is used as is.
+    pub fn in_netns<T: Send>(&self, ns: &Netns, f: impl FnOnce(&Sysfs) -> T + Send) -> io::Result<T> {
+        if self.root != Path::new("/sys") {
+            return Ok(f(self));
+        }
+        ns.run(|| {
+            use nix::mount::{mount, MsFlags};
+            nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(io::Error::from)?;
+            mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+                .map_err(io::Error::from)?;
+            mount(
+                Some("sysfs"),
+                "/sys",
+                Some("sysfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                None::<&str>,
+            )
+            .map_err(io::Error::from)?;
+            Ok(f(&Sysfs { root: PathBuf::from("/sys") }))
+        })
+    }
+
+    /// Unbinds a PCI function from its driver and binds it again (mlx5 applies a VF GUID only then).
+    pub fn rebind(&self, pci: &PciAddr) -> io::Result<()> {
+        let driver = fs::read_link(self.pci_dir(pci).join("driver"))?;
+        let name = driver.file_name().ok_or_else(|| io::Error::other("driver link has no name"))?;
+        let dir = self.root.join("bus/pci/drivers").join(name);
+        fs::write(dir.join("unbind"), pci.as_str())?;
+        fs::write(dir.join("bind"), pci.as_str())
+    }
+
     pub fn read_trimmed(&self, pci: &PciAddr, file: &str) -> Option<String> {
         fs::read_to_string(self.pci_dir(pci).join(file)).ok().map(|s| s.trim().to_string())
     }
@@ -172,6 +273,23 @@ pub mod fake {
             fs::create_dir_all(self.root.join("class/net").join(netdev)).unwrap();
             symlink(format!("../../../bus/pci/devices/{pci}"), self.root.join("class/net").join(netdev).join("device"))
                 .unwrap();
+        }
+
+        /// An RDMA device under a PCI function, with a GID table: (index, gid, type, ndev).
+        pub fn rdma(&self, pci: &str, dev: &str, gids: &[(u32, &str, &str, &str)]) {
+            fs::create_dir_all(self.dev(pci).join("infiniband").join(dev)).unwrap();
+            let port = self.root.join("class/infiniband").join(dev).join("ports/1");
+            for sub in ["gids", "gid_attrs/types", "gid_attrs/ndevs"] {
+                fs::create_dir_all(port.join(sub)).unwrap();
+            }
+            for i in 0..8u32 {
+                fs::write(port.join("gids").join(i.to_string()), "0000:0000:0000:0000:0000:0000:0000:0000\n").unwrap();
+            }
+            for (i, gid, kind, ndev) in gids {
+                fs::write(port.join("gids").join(i.to_string()), format!("{gid}\n")).unwrap();
+                fs::write(port.join("gid_attrs/types").join(i.to_string()), format!("{kind}\n")).unwrap();
+                fs::write(port.join("gid_attrs/ndevs").join(i.to_string()), format!("{ndev}\n")).unwrap();
+            }
         }
 
         pub fn vf(&self, pf_pci: &str, idx: u32, pci: &str, netdev: Option<&str>, driver: &str) {
@@ -235,6 +353,27 @@ mod tests {
         assert!(e.msg.contains("not an SR-IOV VF"), "{}", e.msg);
         let e = s.vf(&pci("0000:99:00.1")).unwrap_err();
         assert!(e.msg.contains("no such PCI device"), "{}", e.msg);
+    }
+
+    #[test]
+    fn gid_table_lookup_finds_roce_v2_of_an_address() {
+        let (s, t) = tree("gids");
+        t.rdma(
+            "0000:3b:02.1",
+            "mlx5_3",
+            &[
+                (0, "fe80:0000:0000:0000:0000:00ff:fe00:0001", "IB/RoCE v1", "net1"),
+                (1, "fe80:0000:0000:0000:0000:00ff:fe00:0001", "RoCE v2", "net1"),
+                (2, "0000:0000:0000:0000:0000:ffff:0a01:0002", "IB/RoCE v1", "net1"),
+                (3, "0000:0000:0000:0000:0000:ffff:0a01:0002", "RoCE v2", "net1"),
+            ],
+        );
+        assert_eq!(s.rdma_devices_of(&pci("0000:3b:02.1")), vec!["mlx5_3".to_string()]);
+        assert!(s.rdma_devices_of(&pci("0000:3b:02.0")).is_empty());
+        assert_eq!(s.gids("mlx5_3", 1).len(), 4, "empty entries are skipped");
+        assert_eq!(s.roce_v2_index("mlx5_3", 1, "10.1.0.2".parse().unwrap()), Some(3));
+        assert_eq!(s.roce_v2_index("mlx5_3", 1, "10.1.0.3".parse().unwrap()), None);
+        assert_eq!(s.roce_v2_index("mlx5_3", 1, "fe80::ff:fe00:1".parse().unwrap()), Some(1));
     }
 
     #[test]

@@ -1,0 +1,298 @@
+//! The VF's RDMA device in the attach/detach flow: discovery, the `rdma` policy, the netns move, the RoCE GID
+//! of each pod address, and the NPWG device-info file.
+
+use crate::cni::config::RdmaPolicy;
+use crate::cni::error::{CniError, CniResult};
+use crate::cni::types::PciAddr;
+use crate::kernel::netns::Netns;
+use crate::kernel::rdma::{NetnsMode, RdmaSocket};
+use crate::kernel::sysfs::{Sysfs, Vf};
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long ADD waits for the kernel to put a pod address into the GID table.
+pub const GID_WAIT: Duration = Duration::from_secs(2);
+
+/// The VF's RDMA device as found on the host before anything moved.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Found {
+    pub name: String,
+    /// The device index RDMA netlink addresses it by; `None` without RDMA netlink.
+    pub index: Option<u32>,
+}
+
+/// What ADD does with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing RDMA to do; the reason goes to the log.
+    Skip(String),
+    /// The device stays where it is (visible from the pod in shared mode); the reason goes to the log.
+    Leave(Found, String),
+    /// Move it into the pod.
+    Move(Found),
+}
+
+/// What the record keeps: the device, whether ADD moved it, and the GID index of each pod address.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RdmaRecord {
+    pub device: Found,
+    pub moved: bool,
+    #[serde(default)]
+    pub gids: Vec<GidIndex>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GidIndex {
+    pub address: IpAddr,
+    pub index: u32,
+}
+
+const FIX_SHARED: &str = "run `rdma system set netns exclusive` while no other network namespace exists, \
+or boot with `options ib_core netns_mode=0`";
+
+/// The policy matrix: `rdma` × (no RDMA subsystem | shared | exclusive) × (device | none). Pure, so it is
+/// tested whole; `isolated` fails here, before anything is touched, with the fix in the message.
+pub fn decide(policy: RdmaPolicy, vf: &PciAddr, found: Option<Found>, mode: Option<NetnsMode>) -> CniResult<Decision> {
+    let isolated = |why: String| CniError::config(format!("rdma \"isolated\": {why}"));
+    match (policy, mode, found) {
+        (RdmaPolicy::Off, _, _) => Ok(Decision::Skip("rdma is \"off\"".into())),
+        (RdmaPolicy::Isolated, None, _) => Err(isolated(
+            "this host has no RDMA subsystem (NETLINK_RDMA is missing); load ib_core and the NIC's RDMA driver".into(),
+        )),
+        (RdmaPolicy::Isolated, _, None) => Err(isolated(format!(
+            "VF {vf} has no RDMA device (none under /sys/bus/pci/devices/{vf}/infiniband, no RDMA port on its netdev)"
+        ))),
+        (RdmaPolicy::Isolated, Some(NetnsMode::Shared), Some(_)) => Err(isolated(format!(
+            "the RDMA subsystem is in shared netns mode, where a device cannot be given to one pod; {FIX_SHARED}"
+        ))),
+        (_, Some(NetnsMode::Exclusive), Some(f)) if f.index.is_some() => Ok(Decision::Move(f)),
+        (RdmaPolicy::Isolated, Some(NetnsMode::Exclusive), Some(f)) => {
+            Err(isolated(format!("RDMA device {} is not visible to RDMA netlink", f.name)))
+        }
+        (RdmaPolicy::Auto, None, _) => Ok(Decision::Skip("no RDMA subsystem on this host; netdev only".into())),
+        (RdmaPolicy::Auto, _, None) => Ok(Decision::Skip(format!("VF {vf} has no RDMA device; netdev only"))),
+        (RdmaPolicy::Auto, Some(NetnsMode::Shared), Some(f)) => {
+            let why = format!("shared netns mode: RDMA device {} stays visible in every namespace, the pod included; to isolate it, {FIX_SHARED}", f.name);
+            Ok(Decision::Leave(f, why))
+        }
+        (RdmaPolicy::Auto, Some(NetnsMode::Exclusive), Some(f)) => {
+            let why = format!("RDMA device {} is not visible to RDMA netlink", f.name);
+            Ok(Decision::Leave(f, why))
+        }
+    }
+}
+
+/// Finds the VF's RDMA device: its PCI function's `infiniband/` entry, else the device whose port is bound
+/// to the VF netdev (RoCE on a netdev, e.g. soft-RoCE).
+pub fn discover(
+    sysfs: &Sysfs,
+    vf: &Vf,
+    ifindex: Option<u32>,
+    sock: Option<&mut RdmaSocket>,
+) -> io::Result<Option<Found>> {
+    let by_pci = sysfs.rdma_devices_of(&vf.pci).into_iter().next();
+    let Some(sock) = sock else { return Ok(by_pci.map(|name| Found { name, index: None })) };
+    if let Some(name) = by_pci {
+        let index = sock.devices()?.into_iter().find(|d| d.name == name).map(|d| d.index);
+        return Ok(Some(Found { name, index }));
+    }
+    match ifindex {
+        Some(ifx) => Ok(sock.device_of_netdev(ifx)?.map(|d| Found { name: d.name, index: Some(d.index) })),
+        None => Ok(None),
+    }
+}
+
+/// Moves an RDMA device into another namespace; a trait so the policy's fallbacks are tested with a fake.
+pub trait RdmaControl {
+    fn move_device(&mut self, index: u32, ns_fd: RawFd) -> io::Result<()>;
+}
+
+impl RdmaControl for RdmaSocket {
+    fn move_device(&mut self, index: u32, ns_fd: RawFd) -> io::Result<()> {
+        RdmaSocket::move_device(self, index, ns_fd)
+    }
+}
+
+/// The move into the pod. `auto` falls back to leaving the device (and says why); `isolated` fails.
+pub fn move_in(
+    ctl: &mut dyn RdmaControl,
+    policy: RdmaPolicy,
+    dev: &Found,
+    pod_fd: RawFd,
+    netns: &str,
+) -> CniResult<bool> {
+    let Some(index) = dev.index else { return Ok(false) };
+    match ctl.move_device(index, pod_fd) {
+        Ok(()) => Ok(true),
+        Err(e) if policy == RdmaPolicy::Auto => {
+            crate::warn!(
+                "moving RDMA device {} into {netns}: {e}; leaving it in the host namespace (rdma \"auto\")",
+                dev.name
+            );
+            Ok(false)
+        }
+        Err(e) => Err(CniError::io(format!("moving RDMA device {} (index {index}) into {netns}: {e}", dev.name))),
+    }
+}
+
+/// The move back, from a socket opened inside the pod (the kernel looks the device up in the sender's
+/// namespace). A device the pod no longer sees is already back: nothing to do.
+pub fn move_out(pod: &Netns, host_fd: RawFd, dev: &Found) -> Result<(), String> {
+    let Some(index) = dev.index else { return Ok(()) };
+    let mut sock = match pod.socket::<crate::kernel::rdma::Rdma>() {
+        Ok(s) => s,
+        Err(e) => return Err(format!("opening RDMA netlink in {}: {e}", pod.path)),
+    };
+    let visible = sock.devices().map_err(|e| format!("listing RDMA devices in {}: {e}", pod.path))?;
+    if !visible.iter().any(|d| d.index == index) {
+        crate::info!("RDMA device {} is not in {}; nothing to move back", dev.name, pod.path);
+        return Ok(());
+    }
+    sock.move_device(index, host_fd)
+        .map_err(|e| format!("moving RDMA device {} from {} back to the host: {e}", dev.name, pod.path))
+}
+
+/// The RoCE v2 GID index of each address on port 1 of `dev`, as the pod sees it, waiting up to `wait` for the
+/// kernel to fill the table. Addresses without one are missing from the result.
+pub fn gid_indexes(sysfs: &Sysfs, pod: &Netns, dev: &str, ips: &[IpAddr], wait: Duration) -> io::Result<Vec<GidIndex>> {
+    sysfs.in_netns(pod, |s| {
+        let deadline = Instant::now() + wait;
+        loop {
+            let found: Vec<GidIndex> = ips
+                .iter()
+                .filter_map(|ip| s.roce_v2_index(dev, 1, *ip).map(|index| GidIndex { address: *ip, index }))
+                .collect();
+            if found.len() == ips.len() || Instant::now() >= deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+/// Writes the NPWG device-info file (spec 1.1.0) if it does not exist yet; true when this call wrote it.
+pub fn write_device_info(path: &Path, pci: &PciAddr, pf_pci: &PciAddr, rdma: Option<&str>) -> io::Result<bool> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut pci_obj = serde_json::json!({"pci-address": pci.as_str(), "pf-pci-address": pf_pci.as_str()});
+    if let Some(r) = rdma {
+        pci_obj["rdma-device"] = serde_json::Value::from(r);
+    }
+    let body = serde_json::json!({"type": "pci", "version": "1.1.0", "pci": pci_obj});
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(path) {
+        Ok(mut f) => {
+            f.write_all(body.to_string().as_bytes())?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vf() -> PciAddr {
+        PciAddr::parse("0000:3b:02.1").unwrap()
+    }
+
+    fn dev(index: Option<u32>) -> Option<Found> {
+        Some(Found { name: "mlx5_3".into(), index })
+    }
+
+    #[test]
+    fn policy_matrix() {
+        use NetnsMode::*;
+        use RdmaPolicy::*;
+        let cases: Vec<(RdmaPolicy, Option<NetnsMode>, Option<Found>, &str)> = vec![
+            (Off, Some(Exclusive), dev(Some(2)), "skip"),
+            (Off, Some(Shared), dev(Some(2)), "skip"),
+            (Off, None, None, "skip"),
+            (Auto, Some(Exclusive), dev(Some(2)), "move"),
+            (Auto, Some(Shared), dev(Some(2)), "leave"),
+            (Auto, Some(Exclusive), None, "skip"),
+            (Auto, Some(Shared), None, "skip"),
+            (Auto, None, dev(None), "skip"),
+            (Auto, Some(Exclusive), dev(None), "leave"),
+            (Isolated, Some(Exclusive), dev(Some(2)), "move"),
+            (Isolated, Some(Shared), dev(Some(2)), "err:netns exclusive"),
+            (Isolated, Some(Exclusive), None, "err:has no RDMA device"),
+            (Isolated, Some(Shared), None, "err:has no RDMA device"),
+            (Isolated, None, dev(None), "err:no RDMA subsystem"),
+            (Isolated, Some(Exclusive), dev(None), "err:not visible"),
+        ];
+        for (policy, mode, found, want) in cases {
+            let got = decide(policy, &vf(), found, mode);
+            let label = format!("{policy:?} {mode:?}");
+            match (want, got) {
+                ("skip", Ok(Decision::Skip(_)))
+                | ("move", Ok(Decision::Move(_)))
+                | ("leave", Ok(Decision::Leave(..))) => {}
+                (w, Err(e)) if w.starts_with("err:") => {
+                    assert!(e.msg.contains(&w[4..]), "{label}: {}", e.msg);
+                    assert!(e.msg.starts_with("rdma \"isolated\""), "{label}: {}", e.msg);
+                    assert_eq!(e.code, crate::cni::error::Code::InvalidConfig);
+                }
+                (w, got) => panic!("{label}: want {w}, got {got:?}"),
+            }
+        }
+        let Err(e) = decide(Isolated, &vf(), dev(Some(1)), Some(Shared)) else { panic!() };
+        assert!(e.msg.contains("rdma system set netns exclusive") && e.msg.contains("netns_mode=0"), "{}", e.msg);
+    }
+
+    struct FakeRdma {
+        moves: Vec<(u32, RawFd)>,
+        refuse: bool,
+    }
+
+    impl RdmaControl for FakeRdma {
+        fn move_device(&mut self, index: u32, ns_fd: RawFd) -> io::Result<()> {
+            if self.refuse {
+                return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+            }
+            self.moves.push((index, ns_fd));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_refused_move_falls_back_in_auto_and_fails_in_isolated() {
+        let d = Found { name: "rxe0".into(), index: Some(4) };
+        let mut ok = FakeRdma { moves: vec![], refuse: false };
+        assert!(move_in(&mut ok, RdmaPolicy::Auto, &d, 9, "/var/run/netns/x").unwrap());
+        assert_eq!(ok.moves, vec![(4, 9)]);
+        let mut no = FakeRdma { moves: vec![], refuse: true };
+        assert!(!move_in(&mut no, RdmaPolicy::Auto, &d, 9, "/var/run/netns/x").unwrap());
+        let e = move_in(&mut no, RdmaPolicy::Isolated, &d, 9, "/var/run/netns/x").unwrap_err();
+        assert!(e.msg.contains("moving RDMA device rxe0 (index 4) into /var/run/netns/x"), "{}", e.msg);
+        let mut none = FakeRdma { moves: vec![], refuse: false };
+        assert!(!move_in(&mut none, RdmaPolicy::Auto, &Found { name: "x".into(), index: None }, 9, "ns").unwrap());
+        assert!(none.moves.is_empty());
+    }
+
+    #[test]
+    fn device_info_is_written_once_read_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-devinfo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let p = dir.join("sub/net1.json");
+        let pf = PciAddr::parse("0000:3b:00.0").unwrap();
+        assert!(write_device_info(&p, &vf(), &pf, Some("mlx5_3")).unwrap());
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        assert_eq!(v["type"], "pci");
+        assert_eq!(v["version"], "1.1.0");
+        assert_eq!(v["pci"]["pci-address"], "0000:3b:02.1");
+        assert_eq!(v["pci"]["pf-pci-address"], "0000:3b:00.0");
+        assert_eq!(v["pci"]["rdma-device"], "mlx5_3");
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o444);
+        assert!(!write_device_info(&p, &vf(), &pf, None).unwrap(), "an existing file is left alone");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
