@@ -353,7 +353,15 @@ fn roce_gids(
     if ips.is_empty() {
         return Ok(Vec::new());
     }
-    let link_layer = host.sysfs.in_netns(&pod.ns, |s| s.ib_port_attr(dev, 1, "link_layer")).ok().flatten();
+    let (exists, link_layer) = host
+        .sysfs
+        .in_netns(&pod.ns, |s| (s.ib_port_dir(dev, 1).exists(), s.ib_port_attr(dev, 1, "link_layer")))
+        .ctx(|| format!("reading the sysfs of {}", env.netns))?;
+    if !exists {
+        // e.g. soft-RoCE: the kernel destroys an rxe device when its netdev changes namespace.
+        crate::info!("RDMA device {dev} is not visible from {} after the move; no GID to look up", env.netns);
+        return Ok(Vec::new());
+    }
     if link_layer.as_deref() == Some("InfiniBand") {
         return Ok(Vec::new());
     }

@@ -11,7 +11,7 @@ out=$cache/initrd.gz
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 
-mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,run,etc,mods,opt/cni/bin,usr/sbin,var/lib}
+mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,run,etc,mods,opt/cni/bin,usr/sbin,usr/bin,var/lib}
 ln -s /run "$root/var/run"
 cp /bin/busybox "$root/bin/busybox"
 for a in sh mount mkdir cat echo grep sed awk sleep ls rm insmod xz poweroff cut tr head tail wc seq ln test printf sort diff; do
@@ -25,11 +25,13 @@ copy_bin() { # copies a binary and its shared libraries
   done
 }
 copy_bin /usr/sbin/ip /usr/sbin/ip
+copy_bin /usr/bin/rdma /usr/sbin/rdma
 copy_bin "$top/target/release/sriov-rdma" /opt/cni/bin/sriov-rdma
 for p in static host-local; do copy_bin /usr/lib/cni/$p /opt/cni/bin/$p; done
 depmod -b "$kroot" "$kver"
 i=0
-for m in igb igbvf veth; do
+# crc32_generic first: rdma_rxe fails with ENOENT without it.
+for m in crc32_generic igb igbvf veth rdma_rxe; do
   modprobe -d "$kroot" -S "$kver" --show-depends $m | awk '{print $2}'
 done | awk '!seen[$0]++' | while read -r ko; do
   i=$((i+1)); name=$(printf '%02d-%s' "$i" "$(basename "$ko" .xz)")

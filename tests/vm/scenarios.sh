@@ -4,6 +4,7 @@
 PLUGIN=/opt/cni/bin/sriov-rdma
 # busybox sh prefers its own applets: iproute2 by full path.
 ip() { /usr/sbin/ip "$@"; }
+rdma() { /usr/sbin/rdma "$@"; }
 export CNI_PATH=/opt/cni/bin
 fail() { echo "RESULT $1 FAIL $2"; }
 pass() { echo "RESULT $1 PASS"; }
@@ -23,9 +24,83 @@ echo "VMLOG PF=$PF VF0=$VF0 ($VF0NET) numvfs=$(cat /sys/class/net/$PF/device/sri
 ip link show "$PF" | sed 's/^/VMLOG /' 
 [ -n "$VF0NET" ] && pass setup || { fail setup "VF0 has no netdev"; exit 0; }
 
+
 cni() { # cni CMD CONTAINERID NETNS IFNAME CONF
   echo "$5" | CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=$3 CNI_IFNAME=$4 $PLUGIN 2>/tmp/err; }
 vfline() { ip link show "$PF" | grep "vf $1 " ; }
+
+VFN() { ls /sys/bus/pci/devices/$(basename "$(readlink /sys/class/net/$PF/device/virtfn$1)")/net 2>/dev/null | head -1; }
+VFP() { basename "$(readlink /sys/class/net/$PF/device/virtfn$1)"; }
+
+# 10a. Soft-RoCE in exclusive mode (switchable only while no other netns exists, so first): real RDMA
+# netlink finds rxe on VF 2's netdev; the kernel refuses to move a software device: "isolated" fails and
+# rolls back cleanly, "auto" falls back and says why.
+V2=$(VFN 2); P2=$(VFP 2)
+rdma link add rxe2 type rxe netdev "$V2" || echo "VMLOG rdma link add failed"
+rdma system set netns exclusive || echo "VMLOG rdma system set failed"
+echo "VMLOG $(rdma system show) $(rdma dev | tr '\n' ' ')"
+PFX_BEFORE=$(ip link show "$PF"); V2_BEFORE=$(ip -o link show "$V2" | cut -d' ' -f2-5)
+ip netns add pod10
+R=$(cni ADD c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'","rdma":"isolated","logLevel":"debug"}')
+E=$(cat /tmp/err)
+echo "VMLOG 10a isolated: $R"
+case "$R" in
+  *"moving RDMA device rxe2"*) [ "$PFX_BEFORE" = "$(ip link show "$PF")" ] && [ "$V2_BEFORE" = "$(ip -o link show "$V2" | cut -d' ' -f2-5)" ] \
+      && rdma dev show rxe2 >/dev/null 2>&1 && [ ! -e /var/lib/cni/sriov-rdma/$P2.json ] && pass rdma-exclusive-isolated-rolls-back \
+      || fail rdma-exclusive-isolated-rolls-back "state changed" ;;
+  *) fail rdma-exclusive-isolated-rolls-back "$R $E" ;;
+esac
+R=$(cni ADD c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'","rdma":"auto"}')
+E=$(cat /tmp/err)
+case "$E" in
+  *"moving RDMA device rxe2"*"leaving it in the host namespace"*) echo "$R" | grep -q '"interfaces"' && pass rdma-exclusive-auto-falls-back || fail rdma-exclusive-auto-falls-back "$R" ;;
+  *) fail rdma-exclusive-auto-falls-back "$R $E" ;;
+esac
+cni DEL c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'"}' || echo "VMLOG DEL10: $(cat /tmp/err)"
+ip netns del pod10
+rdma link delete rxe2 2>/dev/null
+rdma system set netns shared || echo "VMLOG back to shared failed"
+
+# 10b. Shared mode: discovery finds rxe on VF 3's netdev; "isolated" fails before touching anything,
+# naming the fix; "auto" leaves it and says why.
+V3=$(VFN 3); P3=$(VFP 3)
+rdma link add rxe3 type rxe netdev "$V3"
+PFX_BEFORE=$(ip link show "$PF"); V3_BEFORE=$(ip -o link show "$V3" | cut -d' ' -f2-5)
+ip netns add pod11
+R=$(cni ADD c11 /var/run/netns/pod11 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P3'","rdma":"isolated","vlan":9}')
+case "$R" in
+  *'"code":7'*"rdma system set netns exclusive"*) [ "$PFX_BEFORE" = "$(ip link show "$PF")" ] && [ "$V3_BEFORE" = "$(ip -o link show "$V3" | cut -d' ' -f2-5)" ] \
+      && pass rdma-shared-isolated-refused || fail rdma-shared-isolated-refused "state changed" ;;
+  *) fail rdma-shared-isolated-refused "$R" ;;
+esac
+R=$(cni ADD c11 /var/run/netns/pod11 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P3'"}')
+E=$(cat /tmp/err)
+case "$E" in
+  *"shared netns mode: RDMA device rxe3 stays visible"*) pass rdma-shared-auto-leaves ;;
+  *) fail rdma-shared-auto-leaves "$R $E" ;;
+esac
+cni DEL c11 /var/run/netns/pod11 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P3'"}' || echo "VMLOG DEL11: $(cat /tmp/err)"
+ip netns del pod11
+rdma link delete rxe3 2>/dev/null
+
+# 10c. Shared mode, rxe created on the VF inside the pod after ADD: a real GID table; CHECK finds the RoCE
+# v2 GID of the pod address.
+V4=$(VFN 4); P4=$(VFP 4)
+ip netns add pod12
+C12='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P4'","logLevel":"info","ipam":{"type":"static","addresses":[{"address":"10.1.0.2/24"}]}}'
+OUT=$(cni ADD c12 /var/run/netns/pod12 net1 "$C12")
+ip netns exec pod12 /usr/sbin/rdma link add rxe4 type rxe netdev net1 || echo "VMLOG rdma link add in pod failed"
+PREV=$(echo "$C12" | sed 's/}$//')',"prevResult":'"$OUT"'}'
+sleep 0.5
+if cni CHECK c12 /var/run/netns/pod12 net1 "$PREV"; then
+  case "$(cat /tmp/err)" in
+    *"CHECK: RoCE v2 GID index"*"for 10.1.0.2 on rxe4"*) pass rdma-gid-check; echo "VMLOG $(grep 'GID index' /tmp/err)" ;;
+    *) fail rdma-gid-check "no GID line: $(cat /tmp/err)" ;;
+  esac
+else fail rdma-gid-check "$(cat /tmp/err)"; fi
+ip netns exec pod12 /usr/sbin/rdma link delete rxe4
+cni DEL c12 /var/run/netns/pod12 net1 "$C12" || echo "VMLOG DEL12: $(cat /tmp/err)"
+ip netns del pod12
 
 # 1. ADD with VF settings, MTU, static IPAM: the PF and the pod show all of it.
 ip link set "$PF" vf 0 spoofchk off
