@@ -5,5 +5,6 @@
 pub mod log;
 
 pub mod cni;
+pub mod doctor;
 pub mod flow;
 pub mod kernel;

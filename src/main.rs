@@ -1,11 +1,16 @@
 use std::io::{Read, Write};
 
 const USAGE: &str = "sriov-rdma: a CNI plugin (run by a container runtime with CNI_COMMAND set).\n\
-usage: sriov-rdma --version\n";
+usage: sriov-rdma doctor [--json] [--netns PATH]   readiness report of this host (or a pod's view)\n\
+       sriov-rdma --version\n";
 
 fn main() {
     if std::env::var_os("CNI_COMMAND").is_none() {
-        let arg = std::env::args().nth(1);
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        if args.first().map(String::as_str) == Some("doctor") {
+            std::process::exit(sriov_rdma_cni::doctor::main(&args[1..]));
+        }
+        let arg = args.first().cloned();
         if matches!(arg.as_deref(), Some("--version") | Some("version")) {
             eprintln!(
                 "sriov-rdma {} (CNI {})",

@@ -418,3 +418,48 @@ fn rdma_policy_and_device_info_on_a_host_without_rdma() {
     bed.run("DEL", "c2", &ns, "net1", &conf).ok();
     assert_eq!(std::fs::read_to_string(&info).unwrap(), "{}");
 }
+
+fn doctor(sysfs: &std::path::Path, state: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sriov-rdma"))
+        .arg("doctor")
+        .args(args)
+        .env_remove("CNI_COMMAND")
+        .env("SRIOV_RDMA_SYSFS", sysfs)
+        .env("SRIOV_RDMA_STATE_DIR", state)
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn doctor_reports_pfs_vfs_attachments_and_blockers() {
+    root_only!();
+    let mut bed = Bed::new("doc", 2);
+    let ns = bed.netns();
+    let (pci, _) = bed.vfs[1].clone();
+    bed.run("ADD", "doctor-c1", &ns, "net1", &conf_dev("1.0.0", &pci, "")).ok();
+    let (code, out) = doctor(&bed.sysfs, &bed.state, &["--json"]);
+    assert_eq!(code, 0, "{out}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    let pf = &r["pfs"][0];
+    assert_eq!(pf["name"], bed.pf.as_str());
+    assert_eq!((pf["numvfs"].as_u64(), pf["totalvfs"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(pf["vfs"][0]["netdev"], bed.vfs[0].1.as_str());
+    assert_eq!(pf["vfs"][0]["driver"], "igbvf");
+    assert_eq!(pf["vfs"][0]["attached"], Value::Null);
+    assert_eq!(pf["vfs"][1]["attached"], "doctor-c1/net1 (rdma-net)");
+    assert_eq!(r["rdma"]["available"], false, "this kernel has no RDMA subsystem");
+    assert!(r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("no RDMA subsystem")));
+    let (code, text) = doctor(&bed.sysfs, &bed.state, &[]);
+    assert_eq!(code, 0);
+    assert!(text.contains("SR-IOV PFs") && text.contains("doctor-c1/net1"), "{text}");
+    bed.run("DEL", "doctor-c1", &ns, "net1", &conf_dev("1.0.0", &pci, "")).ok();
+
+    // No VF enabled: blocked, with the fix.
+    std::fs::write(bed.pci_dir(&bed.pf_pci.clone()).join("sriov_numvfs"), "0\n").unwrap();
+    let (code, text) = doctor(&bed.sysfs, &bed.state, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("Blocking ADD") && text.contains("sriov_numvfs"), "{text}");
+    let (code, _) = doctor(&bed.sysfs, &bed.state, &["--bogus"]);
+    assert_eq!(code, 2);
+}

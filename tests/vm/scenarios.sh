@@ -98,6 +98,12 @@ if cni CHECK c12 /var/run/netns/pod12 net1 "$PREV"; then
     *) fail rdma-gid-check "no GID line: $(cat /tmp/err)" ;;
   esac
 else fail rdma-gid-check "$(cat /tmp/err)"; fi
+D=$($PLUGIN doctor --netns /var/run/netns/pod12 2>&1)
+echo "$D" | sed 's/^/VMLOG doctor-netns: /'
+case "$D" in
+  *"rxe4 port 1"*"::ffff:10.1.0.2"*"RoCE v2"*"net1"*) pass doctor-netns-gids ;;
+  *) fail doctor-netns-gids "$D" ;;
+esac
 ip netns exec pod12 /usr/sbin/rdma link delete rxe4
 cni DEL c12 /var/run/netns/pod12 net1 "$C12" || echo "VMLOG DEL12: $(cat /tmp/err)"
 ip netns del pod12
@@ -224,3 +230,12 @@ case "$R" in
   *"vlanProto 802.1ad"*) [ "$PF_BEFORE" = "$PF_AFTER" ] && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ] && pass rollback-802.1ad || fail rollback-802.1ad "state changed: $R" ;;
   *) fail rollback-802.1ad "$R" ;;
 esac
+
+# doctor on the host: the PF, its 7 VFs with their PF-side settings, the RDMA mode; exit 0 (nothing blocks ADD).
+ip link set "$PF" vf 1 vlan 77
+D=$($PLUGIN doctor 2>&1); rc=$?
+echo "$D" | head -12 | sed 's/^/VMLOG doctor: /'
+J=$($PLUGIN doctor --json 2>/dev/null)
+ip link set "$PF" vf 1 vlan 0
+if [ $rc = 0 ] && echo "$D" | grep -q "VFs 7/7" && echo "$D" | grep -q "igbvf" && echo "$J" | grep -q '"vlan": 77' \
+   && echo "$J" | grep -q '"netns_mode": "shared"'; then pass doctor-host; else fail doctor-host "rc=$rc"; fi

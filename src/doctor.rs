@@ -1,0 +1,445 @@
+//! `sriov-rdma doctor`: is this host ready to attach VFs and RDMA devices, and what does a pod see?
+//!
+//! A report of the SR-IOV PFs and their VFs (PF-side settings, who has each VF), the RDMA devices with their
+//! ports and GID tables (like `show_gids`), the RDMA netns mode and what it means for the `rdma` policy, and
+//! warnings with the fix. Exit status 1 when something blocks ADD.
+
+use crate::cni::types::PciAddr;
+use crate::flow::state::{Attachment, Store};
+use crate::kernel::link::RouteSocket;
+use crate::kernel::netns::Netns;
+use crate::kernel::rdma::{self, NetnsMode, Rdma, RdmaSocket};
+use crate::kernel::sysfs::{Gid, Sysfs};
+use crate::kernel::vf::{self, VfState};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::fs;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The namespace the RDMA part was read from (`host`, or the `--netns` path).
+    pub view: String,
+    pub pfs: Vec<PfReport>,
+    pub rdma: RdmaReport,
+    pub warnings: Vec<String>,
+    pub blockers: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PfReport {
+    pub name: String,
+    pub pci: String,
+    pub numvfs: u32,
+    pub totalvfs: u32,
+    pub operstate: Option<String>,
+    pub speed_mbps: Option<i64>,
+    pub vfs: Vec<VfReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VfReport {
+    pub index: u32,
+    pub pci: String,
+    pub netdev: Option<String>,
+    pub driver: Option<String>,
+    pub state: Option<VfState>,
+    pub rdma_device: Option<String>,
+    pub attached: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RdmaReport {
+    pub available: bool,
+    pub netns_mode: Option<NetnsMode>,
+    pub devices: Vec<DeviceReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeviceReport {
+    pub name: String,
+    pub index: u32,
+    pub node_type: String,
+    pub protocol: Option<String>,
+    pub ports: Vec<PortReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PortReport {
+    pub port: u32,
+    pub state: String,
+    pub phys_state: String,
+    pub link_layer: Option<String>,
+    pub netdev: Option<String>,
+    pub gids: Vec<Gid>,
+}
+
+fn node_type(t: Option<u8>) -> String {
+    match t {
+        Some(1) => "CA",
+        Some(2) => "switch",
+        Some(3) => "router",
+        Some(4) => "RNIC",
+        Some(5) | Some(6) => "usNIC",
+        _ => "unknown",
+    }
+    .to_string()
+}
+
+fn port_state(s: Option<u8>) -> String {
+    match s {
+        Some(1) => "DOWN",
+        Some(2) => "INIT",
+        Some(3) => "ARMED",
+        Some(4) => "ACTIVE",
+        Some(5) => "ACTIVE_DEFER",
+        _ => "unknown",
+    }
+    .to_string()
+}
+
+fn phys_state(s: Option<u8>) -> String {
+    match s {
+        Some(1) => "SLEEP",
+        Some(2) => "POLLING",
+        Some(3) => "DISABLED",
+        Some(4) => "TRAINING",
+        Some(5) => "LINK_UP",
+        Some(6) => "ERROR_RECOVERY",
+        Some(7) => "PHY_TEST",
+        _ => "unknown",
+    }
+    .to_string()
+}
+
+fn read_num(p: std::path::PathBuf) -> Option<i64> {
+    fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// Builds the report. `netns` switches the RDMA part to a pod's view.
+pub fn report(netns: Option<&str>) -> Report {
+    let sysfs = Sysfs::from_env();
+    let mut warnings = Vec::new();
+    let mut blockers = Vec::new();
+    let records: Vec<Attachment> = match Store::open().and_then(|s| s.all()) {
+        Ok(r) => r,
+        Err(e) => {
+            blockers.push(format!("{e}: ADD cannot record attachments (check /var/lib/cni permissions)"));
+            Vec::new()
+        }
+    };
+    let pfs = if netns.is_none() { pf_reports(&sysfs, &records, &mut warnings) } else { Vec::new() };
+    if netns.is_none() {
+        if pfs.is_empty() {
+            blockers.push("no SR-IOV PF found (no netdev with device/sriov_totalvfs): nothing to attach".into());
+        } else if pfs.iter().all(|p| p.numvfs == 0) {
+            blockers.push(format!(
+                "no VFs enabled: echo N > /sys/class/net/{}/device/sriov_numvfs (N ≤ {})",
+                pfs[0].name, pfs[0].totalvfs
+            ));
+        }
+        for a in &records {
+            if !a.netns.is_empty() && !std::path::Path::new(&a.netns).exists() {
+                warnings.push(format!(
+                    "VF {} is recorded for {}/{} but {} is gone: the runtime's DEL or GC will release it",
+                    a.pci, a.container_id, a.ifname, a.netns
+                ));
+            }
+        }
+    }
+    let view = netns.unwrap_or("host").to_string();
+    let rdma = match netns {
+        None => rdma_report(&sysfs, None, &mut warnings),
+        Some(p) => match Netns::open(p) {
+            Ok(ns) => rdma_report(&sysfs, Some(&ns), &mut warnings),
+            Err(e) => {
+                blockers.push(format!("opening --netns {p}: {e}"));
+                RdmaReport { available: false, netns_mode: None, devices: Vec::new() }
+            }
+        },
+    };
+    // Which VF each RDMA device belongs to (hardware: PCI parent).
+    let mut pfs = pfs;
+    for pf in &mut pfs {
+        for v in &mut pf.vfs {
+            if let Ok(pci) = PciAddr::parse(&v.pci) {
+                v.rdma_device = sysfs.rdma_devices_of(&pci).into_iter().next();
+            }
+        }
+    }
+    Report { view, pfs, rdma, warnings, blockers }
+}
+
+fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>) -> Vec<PfReport> {
+    let mut names: Vec<String> = fs::read_dir(sysfs.root.join("class/net"))
+        .map(|rd| rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    names.sort();
+    let mut route = RouteSocket::new().ok();
+    let mut out = Vec::new();
+    for name in names {
+        let Ok(pci) = sysfs.pf_pci(&name) else { continue };
+        let dev = sysfs.pci_dir(&pci);
+        let numvfs = read_num(dev.join("sriov_numvfs")).unwrap_or(0) as u32;
+        let totalvfs = read_num(dev.join("sriov_totalvfs")).unwrap_or(0) as u32;
+        let netdir = sysfs.root.join("class/net").join(&name);
+        let operstate = fs::read_to_string(netdir.join("operstate")).ok().map(|s| s.trim().to_string());
+        let speed_mbps = read_num(netdir.join("speed")).filter(|s| *s > 0);
+        let table = route
+            .as_mut()
+            .and_then(|r| r.link_by_name(&name).ok().flatten().map(|l| l.index).and_then(|i| r.vf_table(i).ok()))
+            .unwrap_or_default();
+        let mut vfs = Vec::new();
+        for (index, vf_pci) in sysfs.vfs_of(&pci).unwrap_or_default() {
+            let info = sysfs.vf(&vf_pci).ok();
+            let attached = records
+                .iter()
+                .find(|a| a.pci == vf_pci)
+                .map(|a| format!("{}/{} ({})", &a.container_id[..a.container_id.len().min(12)], a.ifname, a.network));
+            let state = vf::state_from_table(&table, index);
+            if let Some(st) = &state {
+                if st.spoofchk == Some(false) && attached.is_some() {
+                    warnings.push(format!(
+                        "VF {index} of {name} is attached with spoofchk off: a pod can send with any MAC; set \"spoofchk\": \"on\""
+                    ));
+                }
+            }
+            vfs.push(VfReport {
+                index,
+                pci: vf_pci.to_string(),
+                netdev: info.as_ref().and_then(|v| v.netdev.clone()),
+                driver: info.as_ref().and_then(|v| v.driver.clone()),
+                state,
+                rdma_device: None,
+                attached,
+            });
+        }
+        if operstate.as_deref() == Some("down") {
+            warnings.push(format!("PF {name} is down: its VFs have no link; ip link set {name} up"));
+        }
+        out.push(PfReport { name, pci: pci.to_string(), numvfs, totalvfs, operstate, speed_mbps, vfs });
+    }
+    out
+}
+
+fn rdma_report(sysfs: &Sysfs, ns: Option<&Netns>, warnings: &mut Vec<String>) -> RdmaReport {
+    let sock: std::io::Result<Option<RdmaSocket>> = match ns {
+        None => rdma::open(),
+        Some(ns) => match ns.socket::<Rdma>() {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => Ok(None),
+            Err(e) => Err(e),
+        },
+    };
+    let mut sock = match sock {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            warnings
+                .push("no RDMA subsystem (ib_core not loaded): pods get netdevs only; rdma \"isolated\" fails".into());
+            return RdmaReport { available: false, netns_mode: None, devices: Vec::new() };
+        }
+        Err(e) => {
+            warnings.push(format!("RDMA netlink: {e}"));
+            return RdmaReport { available: false, netns_mode: None, devices: Vec::new() };
+        }
+    };
+    let mode = sock.netns_mode().ok();
+    match mode {
+        Some(NetnsMode::Shared) => warnings.push(
+            "RDMA netns mode is shared: every pod sees every RDMA device; rdma \"auto\" leaves devices in place and \
+             \"isolated\" fails. To isolate: rdma system set netns exclusive (while no other netns exists) or \
+             options ib_core netns_mode=0"
+                .into(),
+        ),
+        Some(NetnsMode::Exclusive) => {}
+        None => warnings.push("could not read the RDMA netns mode".into()),
+    }
+    let mut devices = Vec::new();
+    for d in sock.devices().unwrap_or_default() {
+        let ports = sock.ports(d.index).unwrap_or_default();
+        let name = d.name.clone();
+        let port_sysfs: Vec<(Option<String>, Vec<Gid>)> = {
+            let read = |s: &Sysfs| -> Vec<(Option<String>, Vec<Gid>)> {
+                ports.iter().map(|p| (s.ib_port_attr(&name, p.port, "link_layer"), s.gids(&name, p.port))).collect()
+            };
+            match ns {
+                None => read(sysfs),
+                Some(ns) => sysfs.in_netns(ns, read).unwrap_or_default(),
+            }
+        };
+        let mut reports = Vec::new();
+        for (i, p) in ports.iter().enumerate() {
+            let (link_layer, gids) = port_sysfs.get(i).cloned().unwrap_or_default();
+            if p.state != Some(4) {
+                warnings.push(format!(
+                    "RDMA device {} port {} is {}: check the cable/link of its netdev",
+                    d.name,
+                    p.port,
+                    port_state(p.state)
+                ));
+            }
+            reports.push(PortReport {
+                port: p.port,
+                state: port_state(p.state),
+                phys_state: phys_state(p.phys_state),
+                link_layer,
+                netdev: p.ndev_name.clone(),
+                gids,
+            });
+        }
+        devices.push(DeviceReport {
+            name: d.name,
+            index: d.index,
+            node_type: node_type(d.node_type),
+            protocol: d.protocol,
+            ports: reports,
+        });
+    }
+    RdmaReport { available: true, netns_mode: mode, devices }
+}
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn on_off(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "-",
+    }
+}
+
+/// The human table.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    if r.view == "host" {
+        let _ = writeln!(o, "SR-IOV PFs");
+        if r.pfs.is_empty() {
+            let _ = writeln!(o, "  (none)");
+        }
+        for pf in &r.pfs {
+            let speed = pf.speed_mbps.map(|s| format!("{s}Mb/s")).unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                o,
+                "  {}  {}  VFs {}/{}  link {}  speed {}",
+                pf.name,
+                pf.pci,
+                pf.numvfs,
+                pf.totalvfs,
+                opt(&pf.operstate),
+                speed
+            );
+            let _ = writeln!(
+                o,
+                "    {:<3} {:<13} {:<22} {:<17} {:>4} {:>3} {:<8} {:<5} {:<8} {:<8} ATTACHED",
+                "VF", "PCI", "NETDEV (DRIVER)", "ADMIN MAC", "VLAN", "QOS", "SPOOFCHK", "TRUST", "MAX_TX", "RDMA"
+            );
+            for v in &pf.vfs {
+                let st = v.state.clone().unwrap_or_default();
+                let dev = format!("{} ({})", opt(&v.netdev), opt(&v.driver));
+                let _ = writeln!(
+                    o,
+                    "    {:<3} {:<13} {:<22} {:<17} {:>4} {:>3} {:<8} {:<5} {:<8} {:<8} {}",
+                    v.index,
+                    v.pci,
+                    dev,
+                    v.state.as_ref().and_then(|s| s.mac).map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
+                    st.vlan,
+                    st.qos,
+                    on_off(st.spoofchk),
+                    on_off(st.trust),
+                    if st.max_tx_rate == 0 { "-".to_string() } else { format!("{}Mb", st.max_tx_rate) },
+                    opt(&v.rdma_device),
+                    opt(&v.attached)
+                );
+            }
+        }
+    }
+    let mode = match r.rdma.netns_mode {
+        Some(NetnsMode::Shared) => "shared",
+        Some(NetnsMode::Exclusive) => "exclusive",
+        None => "-",
+    };
+    let _ = writeln!(o, "\nRDMA devices ({} view, netns mode {mode})", r.view);
+    if !r.rdma.available {
+        let _ = writeln!(o, "  (no RDMA subsystem)");
+    } else if r.rdma.devices.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    for d in &r.rdma.devices {
+        for p in &d.ports {
+            let _ = writeln!(
+                o,
+                "  {} port {}  {}  {}/{}  link_layer {}  netdev {}",
+                d.name,
+                p.port,
+                d.node_type,
+                p.state,
+                p.phys_state,
+                opt(&p.link_layer),
+                opt(&p.netdev)
+            );
+            for g in &p.gids {
+                let _ = writeln!(
+                    o,
+                    "    GID {:<3} {:<40} {:<11} {}",
+                    g.index,
+                    g.gid.to_string(),
+                    opt(&g.kind),
+                    opt(&g.ndev)
+                );
+            }
+        }
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(o, "\nWarnings");
+        for w in &r.warnings {
+            let _ = writeln!(o, "  - {w}");
+        }
+    }
+    if !r.blockers.is_empty() {
+        let _ = writeln!(o, "\nBlocking ADD");
+        for b in &r.blockers {
+            let _ = writeln!(o, "  - {b}");
+        }
+    }
+    o
+}
+
+/// `doctor [--json] [--netns PATH]`; returns the exit status.
+pub fn main(args: &[String]) -> i32 {
+    let mut json = false;
+    let mut netns = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => json = true,
+            "--netns" => match it.next() {
+                Some(p) => netns = Some(p.clone()),
+                None => {
+                    eprintln!("sriov-rdma doctor: --netns needs a path");
+                    return 2;
+                }
+            },
+            other => {
+                eprintln!(
+                    "sriov-rdma doctor: unknown argument {other:?}\nusage: sriov-rdma doctor [--json] [--netns PATH]"
+                );
+                return 2;
+            }
+        }
+    }
+    let r = report(netns.as_deref());
+    if json {
+        match serde_json::to_string_pretty(&r) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("sriov-rdma doctor: {e}");
+                return 1;
+            }
+        }
+    } else {
+        print!("{}", render(&r));
+    }
+    i32::from(!r.blockers.is_empty())
+}
