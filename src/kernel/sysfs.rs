@@ -377,6 +377,18 @@ mod tests {
     }
 
     #[test]
+    fn rebind_writes_the_address_to_unbind_then_bind_of_its_driver() {
+        // Fake only: no mlx5 here. A real driver directory takes the writes as commands.
+        let (s, _t) = tree("rebind");
+        let drv = s.root.join("bus/pci/drivers/iavf");
+        fs::create_dir_all(&drv).unwrap();
+        s.rebind(&pci("0000:3b:02.1")).unwrap();
+        assert_eq!(fs::read_to_string(drv.join("unbind")).unwrap(), "0000:3b:02.1");
+        assert_eq!(fs::read_to_string(drv.join("bind")).unwrap(), "0000:3b:02.1");
+        assert!(s.rebind(&pci("0000:00:1f.6")).is_err(), "no driver link: nothing to rebind");
+    }
+
+    #[test]
     fn vfs_are_listed_by_number_not_by_name() {
         let (s, _t) = tree("order");
         let idx: Vec<u32> = s.vfs_of(&pci("0000:3b:00.0")).unwrap().into_iter().map(|(i, _)| i).collect();
