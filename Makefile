@@ -1,7 +1,7 @@
 PREFIX ?= /opt/cni/bin
 CARGO ?= cargo
 
-.PHONY: all build release test unit e2e lint bench install demo deps clean
+.PHONY: all build release test unit e2e lint bench bench-vm install demo demo-host deps clean
 
 all: release
 
@@ -25,7 +25,19 @@ unit: deps
 
 # Real VFs: QEMU igb (SR-IOV) under Debian's 6.12 kernel; downloads are cached in .cache/vm.
 e2e: release
-	./tests/vm/run.sh
+	./tests/vm/run.sh e2e
+
+# The main job: one VF (and an RDMA device) attached to a pod with cnitool on the emulated SR-IOV machine.
+demo: deps release
+	./tests/vm/run.sh demo
+
+# The same flow on this host, with a veth standing in for the VF.
+demo-host: deps release
+	./scripts/demo-host.sh
+
+# ADD+DEL of a real VF against the kernel floor for the same VF, inside the emulated machine.
+bench-vm: release
+	./tests/vm/run.sh bench $(or $(N),20)
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -34,9 +46,6 @@ lint:
 # Side-by-side ADD+DEL timings on a stand-in VF (root).
 bench: deps release
 	./target/release/cni-bench $(or $(N),30)
-
-demo: deps release
-	./scripts/demo-host.sh
 
 install: release
 	install -d $(DESTDIR)$(PREFIX)

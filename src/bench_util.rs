@@ -23,12 +23,16 @@ impl Floor {
         Ok(Floor { dev: dev.to_string(), host, pod, host_sock: RouteSocket::new()?, pod_sock })
     }
 
-    /// One round trip in milliseconds.
-    pub fn cycle(&mut self) -> std::io::Result<f64> {
+    /// One round trip in milliseconds; with `up`, the device is also brought up in the namespace (the
+    /// driver's open, which every attach needs: on some drivers it dominates).
+    pub fn cycle(&mut self, up: bool) -> std::io::Result<f64> {
         let t = Instant::now();
         let l = self.host_sock.link_by_name(&self.dev)?.ok_or_else(|| std::io::Error::other("device not found"))?;
         self.host_sock.move_link(l.index, self.pod.fd(), &self.dev)?;
         let l = self.pod_sock.link_by_name(&self.dev)?.ok_or_else(|| std::io::Error::other("device not in netns"))?;
+        if up {
+            self.pod_sock.set_link(l.index, vec![], Some(true))?;
+        }
         self.pod_sock.move_link(l.index, self.host.fd(), &self.dev)?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
     }

@@ -1,6 +1,9 @@
 //! `make bench`: ADD+DEL cycle times measured side by side, round-robin, on one stand-in VF (a veth end
 //! behind a fake sysfs PCI tree): the raw-netlink kernel floor, sriov-rdma without and with static IPAM,
-//! and the Debian host-device plugin on the same device. Prints medians, ratios to the floor, peak RSS.
+//! and the Debian host-device plugin on the same device. Prints medians, ratios to the floor (the two
+//! netns moves) and to the floor plus bringing the link up (the driver's open, which every attach does),
+//! and the peak RSS of the plugin processes.
+//! `cni-bench --vf PCI [N]` does the same on a real VF (real sysfs), as `make bench-vm` runs it.
 
 #[path = "../bench_util.rs"]
 mod bench_util;
@@ -88,31 +91,71 @@ struct Case {
     rss: i64,
 }
 
-fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(30);
-    let dir = std::env::temp_dir().join("sriov-rdma-bench");
-    if let Err(e) = run(n, &dir) {
-        eprintln!("cni-bench: {e}");
-        cleanup(&dir);
-        std::process::exit(1);
-    }
-    cleanup(&dir);
+/// Where the cycles run: the stand-in VF on this host, or a real VF.
+struct Target {
+    dev: String,
+    pci: String,
+    cni_path: String,
+    what: String,
 }
 
-fn run(n: usize, dir: &Path) -> Result<(), String> {
-    setup(dir)?;
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (real, rest) = match args.first().map(String::as_str) {
+        Some("--vf") => (args.get(1).cloned(), &args[2.min(args.len())..]),
+        _ => (None, &args[..]),
+    };
+    let n: usize = rest.first().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let dir = std::env::temp_dir().join("sriov-rdma-bench");
+    let result = match real {
+        Some(pci) => real_vf(&pci).and_then(|t| {
+            let _ = ip(&["netns", "del", NS]);
+            ip(&["netns", "add", NS])?;
+            run(n, &t, &HashMap::new())
+        }),
+        None => setup(&dir).and_then(|()| {
+            let mut extra = HashMap::new();
+            extra.insert("SRIOV_RDMA_SYSFS", dir.join("sys").display().to_string());
+            extra.insert("SRIOV_RDMA_STATE_DIR", dir.join("state").display().to_string());
+            let t = Target {
+                dev: DEV.into(),
+                pci: PCI.into(),
+                cni_path: CNI_PATH.into(),
+                what: "a stand-in VF (veth)".into(),
+            };
+            run(n, &t, &extra)
+        }),
+    };
+    cleanup(&dir);
+    if let Err(e) = result {
+        eprintln!("cni-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn real_vf(pci: &str) -> Result<Target, String> {
+    let net = Path::new("/sys/bus/pci/devices").join(pci).join("net");
+    let dev = std::fs::read_dir(&net)
+        .map_err(|e| format!("{}: {e}", net.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .next()
+        .ok_or_else(|| format!("VF {pci} has no netdev"))?;
+    let cni_path = if Path::new("/opt/cni/bin/static").exists() { "/opt/cni/bin" } else { CNI_PATH };
+    Ok(Target { what: format!("real VF {pci} ({dev})"), dev, pci: pci.into(), cni_path: cni_path.into() })
+}
+
+fn run(n: usize, t: &Target, extra: &HashMap<&'static str, String>) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let plugin = me.with_file_name("sriov-rdma");
+    let plugin = if plugin.exists() { plugin } else { PathBuf::from("/opt/cni/bin/sriov-rdma") };
     let netns = format!("/var/run/netns/{NS}");
-    let mut env: HashMap<&str, String> = HashMap::new();
+    let mut env: HashMap<&str, String> = extra.clone();
     env.insert("CNI_CONTAINERID", "bench".into());
     env.insert("CNI_NETNS", netns.clone());
     env.insert("CNI_IFNAME", "net1".into());
-    env.insert("CNI_PATH", CNI_PATH.into());
-    env.insert("SRIOV_RDMA_SYSFS", dir.join("sys").display().to_string());
-    env.insert("SRIOV_RDMA_STATE_DIR", dir.join("state").display().to_string());
+    env.insert("CNI_PATH", t.cni_path.clone());
     let base =
-        format!(r#""cniVersion":"1.0.0","name":"bench","type":"sriov-rdma","deviceID":"{PCI}","logLevel":"error""#);
+        format!(r#""cniVersion":"1.0.0","name":"bench","type":"sriov-rdma","deviceID":"{}","logLevel":"error""#, t.pci);
     let mut cases = [
         Case { name: "sriov-rdma ADD+DEL", plugin: plugin.clone(), conf: format!("{{{base}}}"), times: vec![], rss: 0 },
         Case {
@@ -124,19 +167,22 @@ fn run(n: usize, dir: &Path) -> Result<(), String> {
         },
         Case {
             name: "host-device ADD+DEL (Debian)",
-            plugin: Path::new(CNI_PATH).join("host-device"),
-            conf: format!(r#"{{"cniVersion":"1.0.0","name":"bench","type":"host-device","device":"{DEV}"}}"#),
+            plugin: Path::new(&t.cni_path).join("host-device"),
+            conf: format!(r#"{{"cniVersion":"1.0.0","name":"bench","type":"host-device","device":"{}"}}"#, t.dev),
             times: vec![],
             rss: 0,
         },
     ];
-    let mut floor = bench_util::Floor::new(DEV, &netns).map_err(|e| format!("floor: {e}"))?;
+    let mut floor = bench_util::Floor::new(&t.dev, &netns).map_err(|e| format!("floor: {e}"))?;
     let mut floor_times = Vec::new();
+    let mut floor_up_times = Vec::new();
     // One warm-up round, then n measured rounds; each round runs every case once, in turn.
     for round in 0..=n {
-        let f = floor.cycle().map_err(|e| format!("floor: {e}"))?;
+        let f = floor.cycle(false).map_err(|e| format!("floor: {e}"))?;
+        let fu = floor.cycle(true).map_err(|e| format!("floor with link up: {e}"))?;
         if round > 0 {
             floor_times.push(f);
+            floor_up_times.push(fu);
         }
         for c in cases.iter_mut() {
             let t = Instant::now();
@@ -152,26 +198,28 @@ fn run(n: usize, dir: &Path) -> Result<(), String> {
         }
     }
     let fm = bench_util::median(&mut floor_times.clone());
-    println!("ADD+DEL cycle on a stand-in VF (veth), {n} rounds, cases interleaved in each round");
-    println!("{:<34} {:>10} {:>8} {:>10} {:>13}", "case", "median ms", "p90 ms", "vs floor", "peak RSS KiB");
+    let fum = bench_util::median(&mut floor_up_times.clone());
+    println!("ADD+DEL cycle on {}, {n} rounds, cases interleaved in each round", t.what);
     println!(
-        "{:<34} {:>10.2} {:>8.2} {:>10} {:>13}",
-        "kernel floor (raw netlink in+out)",
-        fm,
-        bench_util::pct(&mut floor_times, 0.9),
-        "1.00x",
-        "-"
+        "{:<36} {:>10} {:>8} {:>9} {:>12} {:>13}",
+        "case", "median ms", "p90 ms", "vs floor", "vs floor+up", "peak RSS KiB"
     );
-    for c in cases.iter_mut() {
-        let m = bench_util::median(&mut c.times);
+    let row = |name: &str, times: &mut Vec<f64>, rss: String| {
+        let m = bench_util::median(times);
         println!(
-            "{:<34} {:>10.2} {:>8.2} {:>9.2}x {:>13}",
-            c.name,
+            "{:<36} {:>10.2} {:>8.2} {:>8.2}x {:>11.2}x {:>13}",
+            name,
             m,
-            bench_util::pct(&mut c.times, 0.9),
+            bench_util::pct(times, 0.9),
             m / fm,
-            c.rss
+            m / fum,
+            rss
         );
+    };
+    row("kernel floor (raw netlink in+out)", &mut floor_times, "-".into());
+    row("kernel floor + link up in the netns", &mut floor_up_times, "-".into());
+    for c in cases.iter_mut() {
+        row(c.name, &mut c.times, c.rss.to_string());
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ fn main() {
     };
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
-        match floor.cycle() {
+        match floor.cycle(false) {
             Ok(d) => times.push(d),
             Err(e) => {
                 eprintln!("netns-floor: {e}");

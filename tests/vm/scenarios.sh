@@ -1,37 +1,7 @@
 #!/bin/sh
 # Scenarios on real VFs of an emulated igb NIC. Each prints "RESULT <name> PASS|FAIL <why>" and checks
 # the kernel's view (ip link on the PF, the pod netns), not the plugin's own output.
-PLUGIN=/opt/cni/bin/sriov-rdma
-# busybox sh prefers its own applets: iproute2 by full path.
-ip() { /usr/sbin/ip "$@"; }
-rdma() { /usr/sbin/rdma "$@"; }
-export CNI_PATH=/opt/cni/bin
-fail() { echo "RESULT $1 FAIL $2"; }
-pass() { echo "RESULT $1 PASS"; }
-
-PF=""
-for n in /sys/class/net/*; do
-  d=$(basename "$(readlink "$n/device/driver" 2>/dev/null)")
-  [ "$d" = igb ] && [ -z "$PF" ] && PF=$(basename "$n")
-done
-[ -n "$PF" ] || { echo "RESULT setup FAIL no igb PF"; exit 0; }
-ip link set "$PF" up
-echo 7 > /sys/class/net/$PF/device/sriov_numvfs
-for i in $(seq 1 100); do [ -d /sys/class/net/$PF/device/virtfn6/net ] && break; sleep 0.1; done
-VF0=$(basename "$(readlink /sys/class/net/$PF/device/virtfn0)")
-VF0NET=$(ls /sys/bus/pci/devices/$VF0/net 2>/dev/null | head -1)
-echo "VMLOG PF=$PF VF0=$VF0 ($VF0NET) numvfs=$(cat /sys/class/net/$PF/device/sriov_numvfs)"
-ip link show "$PF" | sed 's/^/VMLOG /' 
-[ -n "$VF0NET" ] && pass setup || { fail setup "VF0 has no netdev"; exit 0; }
-
-
-cni() { # cni CMD CONTAINERID NETNS IFNAME CONF
-  echo "$5" | CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=$3 CNI_IFNAME=$4 $PLUGIN 2>/tmp/err; }
-vfline() { ip link show "$PF" | grep "vf $1 " ; }
-
-VFN() { ls /sys/bus/pci/devices/$(basename "$(readlink /sys/class/net/$PF/device/virtfn$1)")/net 2>/dev/null | head -1; }
-VFP() { basename "$(readlink /sys/class/net/$PF/device/virtfn$1)"; }
-
+. /vmlib.sh
 # 10a. Soft-RoCE in exclusive mode (switchable only while no other netns exists, so first): real RDMA
 # netlink finds rxe on VF 2's netdev; the kernel refuses to move a software device: "isolated" fails and
 # rolls back cleanly, "auto" falls back and says why.
@@ -239,3 +209,50 @@ J=$($PLUGIN doctor --json 2>/dev/null)
 ip link set "$PF" vf 1 vlan 0
 if [ $rc = 0 ] && echo "$D" | grep -q "VFs 7/7" && echo "$D" | grep -q "igbvf" && echo "$J" | grep -q '"vlan": 77' \
    && echo "$J" | grep -q '"netns_mode": "shared"'; then pass doctor-host; else fail doctor-host "rc=$rc"; fi
+
+# 7. A VF bound to vfio-pci (PF 2's VF 0): ADD applies the PF-side settings without netdev work, the result
+# carries pciID; DEL restores the PF's VF table and succeeds.
+if [ -n "$PF2" ]; then
+  Q=$(basename "$(readlink /sys/class/net/$PF2/device/virtfn0)")
+  echo "$Q" > /sys/bus/pci/devices/$Q/driver/unbind 2>/dev/null
+  echo vfio-pci > /sys/bus/pci/devices/$Q/driver_override
+  echo "$Q" > /sys/bus/pci/drivers_probe 2>/dev/null
+  DRV=$(basename "$(readlink /sys/bus/pci/devices/$Q/driver 2>/dev/null)")
+  echo "VMLOG VF $Q of $PF2 is bound to ${DRV:-no driver}"
+  P2_BEFORE=$(ip link show "$PF2")
+  ip netns add pod7
+  C7='{"cniVersion":"1.1.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$Q'","vlan":300,"trust":"on"}'
+  R=$(cni ADD c7 /var/run/netns/pod7 net1 "$C7")
+  L=$(ip link show "$PF2" | grep "vf 0 ")
+  ok7=1
+  echo "$R" | grep -q "\"pciID\":\"$Q\"" || ok7=0
+  echo "$L" | grep -q "vlan 300" || ok7=0
+  cni DEL c7 /var/run/netns/pod7 net1 "$C7" || ok7=0
+  [ "$P2_BEFORE" = "$(ip link show "$PF2")" ] || ok7=0
+  [ -e /var/lib/cni/sriov-rdma/$Q.json ] && ok7=0
+  ip netns del pod7
+  [ $ok7 = 1 ] && pass "userspace-driver-vf($DRV)" || fail userspace-driver-vf "$R | $L | $(cat /tmp/err)"
+else
+  fail userspace-driver-vf "no second PF"
+fi
+
+# cnitool (libcni, as runtimes call plugins): add, check, del with a 1.0.0 config; host identical after.
+V5=$(VFN 5); P5=$(VFP 5)
+mkdir -p /tmp/netconf
+echo '{"cniVersion":"1.0.0","name":"tooled","type":"sriov-rdma","deviceID":"'$P5'","vlan":55,"mtu":9000,
+ "ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24"}]],"dataDir":"/tmp/ipam"}}' > /tmp/netconf/tooled.conf
+PF_BEFORE5=$(ip link show "$PF"); V5_BEFORE=$(ip -o link show "$V5" | cut -d' ' -f2-5)
+ip netns add podc
+export NETCONFPATH=/tmp/netconf CNI_IFNAME=net1
+okc=1
+R=$(/usr/sbin/cnitool add tooled /var/run/netns/podc 2>/tmp/err) || { okc=0; echo "VMLOG cnitool add: $(cat /tmp/err)"; }
+echo "$R" | grep -q '10.9.0.' || okc=0
+ip -n podc -o link show net1 | grep -q "mtu 9000" || okc=0
+ip link show "$PF" | grep "vf 5 " | grep -q "vlan 55" || okc=0
+/usr/sbin/cnitool check tooled /var/run/netns/podc 2>/tmp/err || { okc=0; echo "VMLOG cnitool check: $(cat /tmp/err)"; }
+/usr/sbin/cnitool del tooled /var/run/netns/podc 2>/tmp/err || { okc=0; echo "VMLOG cnitool del: $(cat /tmp/err)"; }
+[ "$PF_BEFORE5" = "$(ip link show "$PF")" ] || okc=0
+[ "$V5_BEFORE" = "$(ip -o link show "$V5" | cut -d' ' -f2-5)" ] || okc=0
+ip netns del podc
+unset NETCONFPATH CNI_IFNAME
+[ $okc = 1 ] && pass cnitool-add-check-del || fail cnitool-add-check-del "$R"
