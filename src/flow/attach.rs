@@ -507,8 +507,15 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
             Err(e) => errors.push(format!("restoring VF {} settings: looking up PF {}: {e}", rec.pci, rec.pf)),
         }
     }
+    // mlx5 takes the restored GUID only after a rebind; the netdev then comes back and is waited for.
+    let rebound = undo.settings_applied && rec.vf_settings.guid.is_some() && rec.driver.as_deref() == Some("mlx5_core");
+    if rebound {
+        if let Err(e) = host.sysfs.rebind(&rec.pci) {
+            errors.push(format!("rebinding VF {} to mlx5_core to restore its GUID: {e}", rec.pci));
+        }
+    }
     if let Some(orig) = &rec.netdev {
-        if let Err(e) = restore_host_netdev(host, rec, orig, !pod_alive) {
+        if let Err(e) = restore_host_netdev(host, rec, orig, !pod_alive || rebound) {
             errors.push(e);
         }
     }

@@ -22,7 +22,7 @@ timeout 600 qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 1024 -smp 2 -
   -netdev user,id=n0 -device igb,netdev=n0,addr=0x4 -netdev user,id=n1 -device igb,netdev=n1,addr=0x8 \
   -kernel "$cache/kernel/boot/vmlinuz" -initrd "$initrd" \
   -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on sriov_rdma=$mode sriov_rdma_n=$n" 2>&1 \
-  | tr -d '\r' | tee "$log" | grep -a --line-buffered -E "$filter" | sed -u -E 's/^(DEMO ?|BENCH )//' || true
+  | tr -d '\r' | sed -u -E 's/\x1b(\[[0-9;?]*[a-zA-Z]|c)//g' | tee "$log" | grep -a --line-buffered -E "$filter" | sed -u -E 's/^(DEMO ?|BENCH )//' || true
 grep -aq '^VMDONE' "$log" || { echo "run.sh: the VM did not finish (see $log)"; exit 1; }
 if [ "$mode" = e2e ]; then
   pass=$(grep -ac '^RESULT .* PASS' "$log" || true); failn=$(grep -ac '^RESULT .* FAIL' "$log" || true)

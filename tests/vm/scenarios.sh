@@ -256,3 +256,22 @@ ip link show "$PF" | grep "vf 5 " | grep -q "vlan 55" || okc=0
 ip netns del podc
 unset NETCONFPATH CNI_IFNAME
 [ $okc = 1 ] && pass cnitool-add-check-del || fail cnitool-add-check-del "$R"
+
+# 8c. IPAM that fails after the VF settings and the move: everything rolled back, host identical.
+V6=$(VFN 6); P6=$(VFP 6)
+PF_BEFORE6=$(ip link show "$PF"); V6_BEFORE=$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address)
+ip netns add pod8
+R=$(cni ADD c8c /var/run/netns/pod8 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'","vlan":61,"trust":"on","mtu":9000,"ipam":{"type":"static","addresses":[{"address":"not-an-ip"}]}}')
+V6_AFTER=$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address 2>/dev/null)
+case "$R" in
+  *"IPAM plugin static ADD"*) [ "$PF_BEFORE6" = "$(ip link show "$PF")" ] && [ "$V6_BEFORE" = "$V6_AFTER" ] \
+      && [ ! -e /var/lib/cni/sriov-rdma/$P6.json ] && ! ip -n pod8 link show net1 >/dev/null 2>&1 \
+      && pass rollback-ipam-failure || fail rollback-ipam-failure "state changed: $V6_AFTER" ;;
+  *) fail rollback-ipam-failure "$R" ;;
+esac
+ip netns del pod8
+
+# STATUS (1.1.0), invoked directly as libcni does: ready with pfName on a real PF, code 50 for a missing one.
+S1=$(echo '{"cniVersion":"1.1.0","name":"vmnet","type":"sriov-rdma","pfName":"'$PF'"}' | CNI_COMMAND=STATUS $PLUGIN 2>/dev/null); r1=$?
+S2=$(echo '{"cniVersion":"1.1.0","name":"vmnet","type":"sriov-rdma","pfName":"eth9"}' | CNI_COMMAND=STATUS $PLUGIN 2>/dev/null); r2=$?
+if [ $r1 = 0 ] && [ -z "$S1" ] && [ $r2 = 1 ] && echo "$S2" | grep -q '"code":50'; then pass status; else fail status "$r1 $S1 / $r2 $S2"; fi
