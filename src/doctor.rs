@@ -8,7 +8,7 @@ use crate::cni::types::PciAddr;
 use crate::flow::state::{Attachment, Store};
 use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
-use crate::kernel::rdma::{self, NetnsMode, Rdma, RdmaSocket};
+use crate::kernel::rdma::{self, NetnsMode};
 use crate::kernel::sysfs::{Gid, Sysfs};
 use crate::kernel::vf::{self, VfState};
 use serde::Serialize;
@@ -222,15 +222,7 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
 }
 
 fn rdma_report(sysfs: &Sysfs, ns: Option<&Netns>, warnings: &mut Vec<String>) -> RdmaReport {
-    let sock: std::io::Result<Option<RdmaSocket>> = match ns {
-        None => rdma::open(),
-        Some(ns) => match ns.socket::<Rdma>() {
-            Ok(s) => Ok(Some(s)),
-            Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => Ok(None),
-            Err(e) => Err(e),
-        },
-    };
-    let mut sock = match sock {
+    let mut sock = match rdma::open(ns) {
         Ok(Some(s)) => s,
         Ok(None) => {
             warnings

@@ -44,5 +44,5 @@ fn a_kernel_without_rdma_is_reported_not_crashed() {
         eprintln!("skipped: this kernel has an RDMA subsystem");
         return;
     }
-    assert!(sriov_rdma_cni::kernel::rdma::open().unwrap().is_none());
+    assert!(sriov_rdma_cni::kernel::rdma::open(None).unwrap().is_none());
 }

@@ -244,7 +244,7 @@ fn prepare_rdma(
     if conf.rdma == RdmaPolicy::Off {
         return Ok((None, None));
     }
-    let mut sock = kernel_rdma::open().ctx(|| "opening RDMA netlink".to_string())?;
+    let mut sock = kernel_rdma::open(None).ctx(|| "opening RDMA netlink".to_string())?;
     let mode = match sock.as_mut() {
         Some(s) => Some(s.netns_mode().ctx(|| "reading the RDMA netns mode".to_string())?),
         None => None,
@@ -353,16 +353,14 @@ fn roce_gids(
     if ips.is_empty() {
         return Ok(Vec::new());
     }
-    let (exists, link_layer) = host
-        .sysfs
-        .in_netns(&pod.ns, |s| (s.ib_port_dir(dev, 1).exists(), s.ib_port_attr(dev, 1, "link_layer")))
-        .ctx(|| format!("reading the sysfs of {}", env.netns))?;
-    if !exists {
+    let (visible, roce) =
+        rdma::roce_port_visible(&host.sysfs, &pod.ns, dev).ctx(|| format!("reading the sysfs of {}", env.netns))?;
+    if !visible {
         // e.g. soft-RoCE: the kernel destroys an rxe device when its netdev changes namespace.
         crate::info!("RDMA device {dev} is not visible from {} after the move; no GID to look up", env.netns);
         return Ok(Vec::new());
     }
-    if link_layer.as_deref() == Some("InfiniBand") {
+    if !roce {
         return Ok(Vec::new());
     }
     let found = rdma::gid_indexes(&host.sysfs, &pod.ns, dev, &ips, rdma::GID_WAIT)

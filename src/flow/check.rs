@@ -2,7 +2,7 @@
 
 use super::attach::{finish, release, Host, Pod};
 use super::ipam::{self, Target};
-use super::rdma::gid_indexes;
+use super::rdma::{gid_indexes, roce_port_visible};
 use super::state::Attachment;
 use super::state::Store;
 use crate::cni::config::NetConf;
@@ -10,7 +10,6 @@ use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code, IoContext};
 use crate::cni::types::IpNet;
 use crate::cni::types::Mac;
-use crate::kernel::rdma::Rdma;
 use crate::kernel::sysfs::Sysfs;
 use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfSetting, VfState};
 use serde_json::Value;
@@ -111,13 +110,8 @@ fn pod_rdma_device(pod: &Pod, rec: &Attachment, ifname: &str) -> Option<String> 
     if let Some(r) = &rec.rdma {
         return Some(r.device.name.clone());
     }
-    let mut sock = pod.ns.socket::<Rdma>().ok()?;
-    for d in sock.devices().ok()? {
-        if sock.ports(d.index).ok()?.iter().any(|p| p.ndev_name.as_deref() == Some(ifname)) {
-            return Some(d.name);
-        }
-    }
-    None
+    let mut sock = crate::kernel::rdma::open(Some(&pod.ns)).ok()??;
+    sock.device_with_port(|p| p.ndev_name.as_deref() == Some(ifname)).ok()?.map(|d| d.name)
 }
 
 /// Every pod address has a RoCE v2 GID on the interface's RDMA device, at the index ADD recorded.
@@ -128,8 +122,12 @@ fn check_gids(pod: &Pod, env: &CniEnv, rec: &Attachment, have: &[IpNet]) -> CniR
     }
     let Some(dev) = pod_rdma_device(pod, rec, &env.ifname) else { return Ok(()) };
     let sysfs = Sysfs::from_env();
-    let link_layer = sysfs.in_netns(&pod.ns, |s| s.ib_port_attr(&dev, 1, "link_layer")).ok().flatten();
-    if link_layer.as_deref() == Some("InfiniBand") {
+    let (visible, roce) =
+        roce_port_visible(&sysfs, &pod.ns, &dev).ctx(|| format!("reading the sysfs of {}", env.netns))?;
+    if !visible {
+        return Err(mismatch(format!("RDMA device {dev} of {} is not visible in {}", env.ifname, env.netns)));
+    }
+    if !roce {
         return Ok(());
     }
     let ips: Vec<IpAddr> = have.iter().map(|n| n.addr).filter(|a| !is_link_local(a)).collect();

@@ -100,7 +100,10 @@ pub fn discover(
         return Ok(Some(Found { name, index }));
     }
     match ifindex {
-        Some(ifx) => Ok(sock.device_of_netdev(ifx)?.map(|d| Found { name: d.name, index: Some(d.index) })),
+        Some(ifx) => {
+            let dev = sock.device_with_port(|p| p.ndev_index == Some(ifx))?;
+            Ok(dev.map(|d| Found { name: d.name, index: Some(d.index) }))
+        }
         None => Ok(None),
     }
 }
@@ -142,8 +145,9 @@ pub fn move_in(
 /// namespace). A device the pod no longer sees is already back: nothing to do.
 pub fn move_out(pod: &Netns, host_fd: RawFd, dev: &Found) -> Result<(), String> {
     let Some(index) = dev.index else { return Ok(()) };
-    let mut sock = match pod.socket::<crate::kernel::rdma::Rdma>() {
-        Ok(s) => s,
+    let mut sock = match crate::kernel::rdma::open(Some(pod)) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(()), // no RDMA subsystem: nothing can have moved
         Err(e) => return Err(format!("opening RDMA netlink in {}: {e}", pod.path)),
     };
     let visible = sock.devices().map_err(|e| format!("listing RDMA devices in {}: {e}", pod.path))?;
@@ -153,6 +157,14 @@ pub fn move_out(pod: &Netns, host_fd: RawFd, dev: &Found) -> Result<(), String> 
     }
     sock.move_device(index, host_fd)
         .map_err(|e| format!("moving RDMA device {} from {} back to the host: {e}", dev.name, pod.path))
+}
+
+/// Whether port 1 of `dev` is visible from `ns` and carries RoCE (not an InfiniBand link layer).
+pub fn roce_port_visible(sysfs: &Sysfs, ns: &Netns, dev: &str) -> io::Result<(bool, bool)> {
+    sysfs.in_netns(ns, |s| {
+        let visible = s.ib_port_dir(dev, 1).exists();
+        (visible, visible && s.ib_port_attr(dev, 1, "link_layer").as_deref() != Some("InfiniBand"))
+    })
 }
 
 /// The RoCE v2 GID index of each address on port 1 of `dev`, as the pod sees it, waiting up to `wait` for the

@@ -7,6 +7,7 @@
 //! its devices to the initial one by itself.
 
 use super::netlink::{Family, Kind, Socket};
+use super::netns::Netns;
 use netlink_packet_core::{DecodeError, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, NlasIterator};
 use std::io;
 use std::os::fd::RawFd;
@@ -155,8 +156,13 @@ pub struct RdmaPort {
 }
 
 /// Opens an RDMA netlink socket; `None` when this kernel has no RDMA subsystem (EPROTONOSUPPORT).
-pub fn open() -> io::Result<Option<RdmaSocket>> {
-    match RdmaSocket::new() {
+/// With `ns`, the socket lives in that namespace (it then sees what the pod sees).
+pub fn open(ns: Option<&Netns>) -> io::Result<Option<RdmaSocket>> {
+    let sock = match ns {
+        None => RdmaSocket::new(),
+        Some(ns) => ns.socket::<Rdma>(),
+    };
+    match sock {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => Ok(None),
         Err(e) => Err(e),
@@ -230,10 +236,10 @@ impl Socket<Rdma> {
         self.request(move_msg(dev, ns_fd), Kind::Change).map(drop)
     }
 
-    /// The device one of whose ports is bound to the netdev `ifindex` (RoCE on a netdev, e.g. soft-RoCE).
-    pub fn device_of_netdev(&mut self, ifindex: u32) -> io::Result<Option<RdmaDevice>> {
+    /// The first device one of whose ports matches `port` (e.g. is bound to a given netdev).
+    pub fn device_with_port(&mut self, port: impl Fn(&RdmaPort) -> bool) -> io::Result<Option<RdmaDevice>> {
         for d in self.devices()? {
-            if self.ports(d.index)?.iter().any(|p| p.ndev_index == Some(ifindex)) {
+            if self.ports(d.index)?.iter().any(&port) {
                 return Ok(Some(d));
             }
         }
