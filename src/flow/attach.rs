@@ -368,17 +368,7 @@ fn roce_gids(
     for g in &found {
         crate::info!("RoCE v2 GID index {} for {} on {dev} (NCCL_IB_GID_INDEX={})", g.index, g.address, g.index);
     }
-    if let Some(missing) = ips.iter().find(|ip| !found.iter().any(|g| g.address == **ip)) {
-        let msg = format!(
-            "no RoCE v2 GID for {missing} on {dev} as {} sees it after {}s",
-            env.netns,
-            rdma::GID_WAIT.as_secs()
-        );
-        if conf.rdma == RdmaPolicy::Isolated {
-            return Err(CniError::io(msg));
-        }
-        crate::warn!("{msg}");
-    }
+    rdma::gid_verdict(conf.rdma, &ips, &found, dev, &env.netns)?;
     Ok(found)
 }
 

@@ -185,6 +185,17 @@ pub fn gid_indexes(sysfs: &Sysfs, pod: &Netns, dev: &str, ips: &[IpAddr], wait: 
     })
 }
 
+/// A pod address without a RoCE v2 GID fails ADD under "isolated" and is a warning under "auto".
+pub fn gid_verdict(policy: RdmaPolicy, ips: &[IpAddr], found: &[GidIndex], dev: &str, netns: &str) -> CniResult<()> {
+    let Some(missing) = ips.iter().find(|ip| !found.iter().any(|g| g.address == **ip)) else { return Ok(()) };
+    let msg = format!("no RoCE v2 GID for {missing} on {dev} as {netns} sees it after {}s", GID_WAIT.as_secs());
+    if policy == RdmaPolicy::Isolated {
+        return Err(CniError::io(msg));
+    }
+    crate::warn!("{msg}");
+    Ok(())
+}
+
 /// Writes the NPWG device-info file (spec 1.1.0) if it does not exist yet; true when this call wrote it.
 pub fn write_device_info(path: &Path, pci: &PciAddr, pf_pci: &PciAddr, rdma: Option<&str>) -> io::Result<bool> {
     use std::io::Write;
@@ -287,6 +298,17 @@ mod tests {
         let mut none = FakeRdma { moves: vec![], refuse: false };
         assert!(!move_in(&mut none, RdmaPolicy::Auto, &Found { name: "x".into(), index: None }, 9, "ns").unwrap());
         assert!(none.moves.is_empty());
+    }
+
+    #[test]
+    fn a_missing_gid_fails_isolated_and_not_auto() {
+        let ips: Vec<IpAddr> = vec!["10.1.0.2".parse().unwrap(), "fd00::2".parse().unwrap()];
+        let one = vec![GidIndex { address: ips[0], index: 3 }];
+        let both = vec![one[0].clone(), GidIndex { address: ips[1], index: 5 }];
+        assert!(gid_verdict(RdmaPolicy::Isolated, &ips, &both, "mlx5_3", "/var/run/netns/x").is_ok());
+        let e = gid_verdict(RdmaPolicy::Isolated, &ips, &one, "mlx5_3", "/var/run/netns/x").unwrap_err();
+        assert!(e.msg.contains("no RoCE v2 GID for fd00::2 on mlx5_3 as /var/run/netns/x sees it"), "{}", e.msg);
+        assert!(gid_verdict(RdmaPolicy::Auto, &ips, &one, "mlx5_3", "/var/run/netns/x").is_ok());
     }
 
     #[test]
