@@ -21,7 +21,7 @@ use netlink_packet_route::link::LinkAttribute;
 use std::time::{Duration, Instant};
 
 /// How long DEL waits for the kernel to return a VF netdev from a destroyed pod namespace.
-const RETURN_WAIT: Duration = Duration::from_secs(2);
+const RETURN_WAIT: Duration = Duration::from_secs(5);
 
 /// The host side: sysfs, the record store, the host namespace and a route socket in it.
 pub struct Host {
