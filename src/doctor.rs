@@ -190,7 +190,6 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
             .unwrap_or_default();
         let mut vfs = Vec::new();
         for (index, vf_pci) in sysfs.vfs_of(&pci).unwrap_or_default() {
-            let info = sysfs.vf(&vf_pci).ok();
             let attached = records
                 .iter()
                 .find(|a| a.pci == vf_pci)
@@ -206,8 +205,8 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
             vfs.push(VfReport {
                 index,
                 pci: vf_pci.to_string(),
-                netdev: info.as_ref().and_then(|v| v.netdev.clone()),
-                driver: info.as_ref().and_then(|v| v.driver.clone()),
+                netdev: sysfs.netdevs(&vf_pci).into_iter().next(),
+                driver: sysfs.driver(&vf_pci),
                 state,
                 rdma_device: None,
                 attached,

@@ -138,8 +138,13 @@ impl Sysfs {
             pf,
             index,
             netdev: self.netdevs(pci).into_iter().next(),
-            driver: link_name(&dir.join("driver")),
+            driver: self.driver(pci),
         })
+    }
+
+    /// The driver a PCI function is bound to.
+    pub fn driver(&self, pci: &PciAddr) -> Option<String> {
+        link_name(&self.pci_dir(pci).join("driver"))
     }
 
     /// The PCI address of a PF netdev, if it is an SR-IOV PF.
@@ -234,8 +239,7 @@ impl Sysfs {
 
     /// Unbinds a PCI function from its driver and binds it again (mlx5 applies a VF GUID only then).
     pub fn rebind(&self, pci: &PciAddr) -> io::Result<()> {
-        let driver = fs::read_link(self.pci_dir(pci).join("driver"))?;
-        let name = driver.file_name().ok_or_else(|| io::Error::other("driver link has no name"))?;
+        let name = self.driver(pci).ok_or_else(|| io::Error::other(format!("{pci} is not bound to a driver")))?;
         let dir = self.root.join("bus/pci/drivers").join(name);
         fs::write(dir.join("unbind"), pci.as_str())?;
         fs::write(dir.join("bind"), pci.as_str())
