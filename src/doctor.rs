@@ -138,6 +138,12 @@ pub fn report(netns: Option<&str>) -> Report {
             ));
         }
         for a in &records {
+            if !a.complete {
+                warnings.push(format!(
+                    "VF {} has the record of an interrupted ADD ({}/{}): the runtime's DEL or GC will undo it",
+                    a.pci, a.container_id, a.ifname
+                ));
+            }
             if !a.netns.is_empty() && !std::path::Path::new(&a.netns).exists() {
                 warnings.push(format!(
                     "VF {} is recorded for {}/{} but {} is gone: the runtime's DEL or GC will release it",

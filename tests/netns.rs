@@ -463,3 +463,24 @@ fn doctor_reports_pfs_vfs_attachments_and_blockers() {
     let (code, _) = doctor(&bed.sysfs, &bed.state, &["--bogus"]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn del_undoes_an_interrupted_add() {
+    root_only!();
+    let mut bed = Bed::new("intr", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let conf = conf_dev("1.0.0", &pci, r#","mtu":4000"#);
+    bed.run("ADD", "c1", &ns, "net1", &conf).ok();
+    // What a crash between the move and the end of ADD leaves: the VF in the pod, the record not complete.
+    let path = bed.state.join(format!("{pci}.json"));
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    rec["complete"] = Value::Bool(false);
+    std::fs::write(&path, rec.to_string()).unwrap();
+    let (_, report) = doctor(&bed.sysfs, &bed.state, &[]);
+    assert!(report.contains("interrupted ADD"), "{report}");
+    bed.run("DEL", "c1", &ns, "net1", &conf).ok();
+    assert_eq!(identity(None, &vf), Some(before));
+    assert!(bed.records().is_empty());
+}
