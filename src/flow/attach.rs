@@ -20,7 +20,7 @@ use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfState};
 use netlink_packet_route::link::LinkAttribute;
 use std::time::{Duration, Instant};
 
-/// How long DEL waits for the kernel to return a VF netdev from a destroyed pod namespace.
+/// How long the host waits for a VF netdev to reappear: from a destroyed pod namespace, or after a rebind.
 const RETURN_WAIT: Duration = Duration::from_secs(5);
 
 /// The host side: sysfs, the record store, the host namespace and a route socket in it.
@@ -41,13 +41,14 @@ impl Host {
         })
     }
 
-    fn pf(&mut self, vf: &Vf) -> CniResult<Pf> {
+    /// The PF netdev as netlink addresses it.
+    pub fn pf(&mut self, name: &str) -> CniResult<Pf> {
         let link = self
             .route
-            .link_by_name(&vf.pf)
-            .ctx(|| format!("looking up PF {}", vf.pf))?
-            .ok_or_else(|| CniError::io(format!("PF {} of VF {} is not in the host namespace", vf.pf, vf.pci)))?;
-        Ok(Pf { name: vf.pf.clone(), index: link.index })
+            .link_by_name(name)
+            .ctx(|| format!("looking up PF {name}"))?
+            .ok_or_else(|| CniError::io(format!("PF {name} is not in the host namespace")))?;
+        Ok(Pf { name: name.to_string(), index: link.index })
     }
 }
 
@@ -117,7 +118,7 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
         return Err(attached_err(&a));
     }
     let (vf, _lock) = select_vf(&mut host, conf)?;
-    let pf = host.pf(&vf)?;
+    let pf = host.pf(&vf.pf).map_err(|e| e.context(format!("VF {}", vf.pci)))?;
     let vf_original =
         NetlinkPf(&mut host.route).vf_state(&pf, vf.index).ctx(|| format!("reading the VF table of PF {}", pf.name))?;
     let plan = vf::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
@@ -353,18 +354,17 @@ fn roce_gids(
     if ips.is_empty() {
         return Ok(Vec::new());
     }
-    let (visible, roce) =
-        rdma::roce_port_visible(&host.sysfs, &pod.ns, dev).ctx(|| format!("reading the sysfs of {}", env.netns))?;
-    if !visible {
-        // e.g. soft-RoCE: the kernel destroys an rxe device when its netdev changes namespace.
-        crate::info!("RDMA device {dev} is not visible from {} after the move; no GID to look up", env.netns);
-        return Ok(Vec::new());
-    }
-    if !roce {
-        return Ok(Vec::new());
-    }
-    let found = rdma::gid_indexes(&host.sysfs, &pod.ns, dev, &ips, rdma::GID_WAIT)
+    let lookup = rdma::lookup_gids(&host.sysfs, &pod.ns, dev, &ips, rdma::GID_WAIT)
         .ctx(|| format!("reading the GID table of {dev} in {}", env.netns))?;
+    let found = match lookup {
+        rdma::GidLookup::Found(found) => found,
+        rdma::GidLookup::InfiniBand => return Ok(Vec::new()),
+        rdma::GidLookup::NotVisible => {
+            // e.g. soft-RoCE: the kernel destroys an rxe device when its netdev changes namespace.
+            crate::info!("RDMA device {dev} is not visible from {} after the move; no GID to look up", env.netns);
+            return Ok(Vec::new());
+        }
+    };
     for g in &found {
         crate::info!("RoCE v2 GID index {} for {} on {dev} (NCCL_IB_GID_INDEX={})", g.index, g.address, g.index);
     }
@@ -376,23 +376,13 @@ fn roce_gids(
 /// new indexes (and possibly names), so both are looked up again. Exercised by fakes only: no mlx5 here.
 fn refresh_after_rebind(host: &mut Host, rec: &mut Attachment, sock: Option<&mut RdmaSocket>) -> CniResult<()> {
     host.sysfs.rebind(&rec.pci).ctx(|| format!("rebinding VF {} to mlx5_core to apply its GUID", rec.pci))?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    if let Some(orig) = rec.netdev.as_mut() {
-        let link = loop {
-            let name = host.sysfs.netdevs(&rec.pci).into_iter().next();
-            let l = match &name {
-                Some(n) => host.route.link_by_name(n).ctx(|| format!("looking up {n}"))?,
-                None => None,
-            };
-            if let Some(l) = l {
-                break l;
-            }
-            if Instant::now() >= deadline {
-                return Err(CniError::io(format!("VF {} has no netdev 5s after the driver rebind", rec.pci)));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        orig.index = link.index;
+    if let Some(name) = rec.netdev.as_ref().map(|l| l.name.clone()) {
+        let link = find_host_netdev(host, rec, &name, RETURN_WAIT).map_err(CniError::io)?.ok_or_else(|| {
+            CniError::io(format!("VF {} has no netdev {}s after the driver rebind", rec.pci, RETURN_WAIT.as_secs()))
+        })?;
+        if let Some(orig) = rec.netdev.as_mut() {
+            orig.index = link.index;
+        }
     }
     if let (Some(r), Some(sock)) = (rec.rdma.as_mut(), sock) {
         let name = host.sysfs.rdma_devices_of(&rec.pci).into_iter().next().unwrap_or(r.device.name.clone());
@@ -485,14 +475,9 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
     }
     if let Some(orig) = rec.vf_original.as_ref().filter(|_| undo.settings_applied) {
         let plan = vf::planned(&rec.vf_settings, orig);
-        let pf = Pf { name: rec.pf.clone(), index: 0 };
-        match host.route.link_by_name(&rec.pf) {
-            Ok(Some(l)) => {
-                let pf = Pf { index: l.index, ..pf };
-                errors.extend(vf::restore_all(&mut NetlinkPf(&mut host.route), &pf, rec.vf_index, &plan, orig));
-            }
-            Ok(None) => errors.push(format!("restoring VF {} settings: PF {} is gone", rec.pci, rec.pf)),
-            Err(e) => errors.push(format!("restoring VF {} settings: looking up PF {}: {e}", rec.pci, rec.pf)),
+        match host.pf(&rec.pf) {
+            Ok(pf) => errors.extend(vf::restore_all(&mut NetlinkPf(&mut host.route), &pf, rec.vf_index, &plan, orig)),
+            Err(e) => errors.push(format!("restoring VF {} settings: {e}", rec.pci)),
         }
     }
     // mlx5 takes the restored GUID only after a rebind; the netdev then comes back and is waited for.
@@ -510,27 +495,32 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
     errors
 }
 
-/// Finds the VF's netdev on the host (by its original name, else by PCI address) and gives it back its
-/// name, MAC, MTU, up state and altnames. With the pod namespace gone, waits a bounded time for the kernel.
-fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: bool) -> Result<(), String> {
-    let deadline = Instant::now() + if wait { RETURN_WAIT } else { Duration::ZERO };
-    let found = loop {
-        let by_name = host.route.link_by_name(&orig.name).map_err(|e| format!("looking up {}: {e}", orig.name))?;
-        let mut found = by_name.filter(|l| is_ours(l, rec));
-        if found.is_none() {
-            for name in host.sysfs.netdevs(&rec.pci) {
-                let l = host.route.link_by_name(&name).map_err(|e| format!("looking up {name}: {e}"))?;
-                if let Some(l) = l.filter(|l| is_ours(l, rec)) {
-                    found = Some(l);
-                    break;
-                }
+/// The VF's netdev on the host: by `name`, else by PCI address; polls up to `wait` for it to appear (a
+/// destroyed namespace or a driver rebind hands it back asynchronously).
+fn find_host_netdev(host: &mut Host, rec: &Attachment, name: &str, wait: Duration) -> Result<Option<Link>, String> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let by_name = host.route.link_by_name(name).map_err(|e| format!("looking up {name}: {e}"))?;
+        if let Some(l) = by_name.filter(|l| is_ours(l, rec)) {
+            return Ok(Some(l));
+        }
+        for n in host.sysfs.netdevs(&rec.pci) {
+            let l = host.route.link_by_name(&n).map_err(|e| format!("looking up {n}: {e}"))?;
+            if let Some(l) = l.filter(|l| is_ours(l, rec)) {
+                return Ok(Some(l));
             }
         }
-        if found.is_some() || Instant::now() >= deadline {
-            break found;
+        if Instant::now() >= deadline {
+            return Ok(None);
         }
         std::thread::sleep(Duration::from_millis(10));
-    };
+    }
+}
+
+/// Finds the VF's netdev on the host and gives it back its name, MAC, MTU, up state and altnames. With the
+/// pod namespace gone, waits a bounded time for the kernel.
+fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: bool) -> Result<(), String> {
+    let found = find_host_netdev(host, rec, &orig.name, if wait { RETURN_WAIT } else { Duration::ZERO })?;
     let Some(cur) = found else {
         crate::warn!(
             "VF {} ({}): its netdev is neither in {} nor on the host; nothing left to restore",

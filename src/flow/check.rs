@@ -2,7 +2,7 @@
 
 use super::attach::{finish, release, Host, Pod};
 use super::ipam::{self, Target};
-use super::rdma::{gid_indexes, roce_port_visible};
+use super::rdma::{lookup_gids, GidLookup};
 use super::state::Attachment;
 use super::state::Store;
 use crate::cni::config::NetConf;
@@ -11,7 +11,7 @@ use crate::cni::error::{CniError, CniResult, Code, IoContext};
 use crate::cni::types::IpNet;
 use crate::cni::types::Mac;
 use crate::kernel::sysfs::Sysfs;
-use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfSetting, VfState};
+use crate::kernel::vf::{self, NetlinkPf, PfControl, VfSetting, VfState};
 use serde_json::Value;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -82,13 +82,7 @@ pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         let plan = vf::planned(&rec.vf_settings, orig);
         if !plan.is_empty() {
             let mut host = Host::open()?;
-            let index = host
-                .route
-                .link_by_name(&rec.pf)
-                .ctx(|| format!("looking up PF {}", rec.pf))?
-                .ok_or_else(|| mismatch(format!("PF {} is gone", rec.pf)))?
-                .index;
-            let pf = Pf { name: rec.pf.clone(), index };
+            let pf = host.pf(&rec.pf)?;
             let st = NetlinkPf(&mut host.route)
                 .vf_state(&pf, rec.vf_index)
                 .ctx(|| format!("reading the VF table of PF {}", rec.pf))?
@@ -122,17 +116,16 @@ fn check_gids(pod: &Pod, env: &CniEnv, rec: &Attachment, have: &[IpNet]) -> CniR
     }
     let Some(dev) = pod_rdma_device(pod, rec, &env.ifname) else { return Ok(()) };
     let sysfs = Sysfs::from_env();
-    let (visible, roce) =
-        roce_port_visible(&sysfs, &pod.ns, &dev).ctx(|| format!("reading the sysfs of {}", env.netns))?;
-    if !visible {
-        return Err(mismatch(format!("RDMA device {dev} of {} is not visible in {}", env.ifname, env.netns)));
-    }
-    if !roce {
-        return Ok(());
-    }
     let ips: Vec<IpAddr> = have.iter().map(|n| n.addr).filter(|a| !is_link_local(a)).collect();
-    let found = gid_indexes(&sysfs, &pod.ns, &dev, &ips, Duration::from_millis(500))
+    let lookup = lookup_gids(&sysfs, &pod.ns, &dev, &ips, Duration::from_millis(500))
         .ctx(|| format!("reading the GID table of {dev} in {}", env.netns))?;
+    let found = match lookup {
+        GidLookup::Found(found) => found,
+        GidLookup::InfiniBand => return Ok(()),
+        GidLookup::NotVisible => {
+            return Err(mismatch(format!("RDMA device {dev} of {} is not visible in {}", env.ifname, env.netns)))
+        }
+    };
     for ip in &ips {
         let Some(g) = found.iter().find(|g| g.address == *ip) else {
             return Err(mismatch(format!("no RoCE v2 GID for {ip} on {dev} in {}", env.netns)));

@@ -159,18 +159,27 @@ pub fn move_out(pod: &Netns, host_fd: RawFd, dev: &Found) -> Result<(), String> 
         .map_err(|e| format!("moving RDMA device {} from {} back to the host: {e}", dev.name, pod.path))
 }
 
-/// Whether port 1 of `dev` is visible from `ns` and carries RoCE (not an InfiniBand link layer).
-pub fn roce_port_visible(sysfs: &Sysfs, ns: &Netns, dev: &str) -> io::Result<(bool, bool)> {
-    sysfs.in_netns(ns, |s| {
-        let visible = s.ib_port_dir(dev, 1).exists();
-        (visible, visible && s.ib_port_attr(dev, 1, "link_layer").as_deref() != Some("InfiniBand"))
-    })
+/// What port 1 of an RDMA device shows a namespace.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GidLookup {
+    /// The device is not visible there (e.g. soft-RoCE destroyed with its netdev's move).
+    NotVisible,
+    /// An InfiniBand port: no RoCE GIDs to look for.
+    InfiniBand,
+    /// The RoCE v2 GID index of each address that has one.
+    Found(Vec<GidIndex>),
 }
 
-/// The RoCE v2 GID index of each address on port 1 of `dev`, as the pod sees it, waiting up to `wait` for the
-/// kernel to fill the table. Addresses without one are missing from the result.
-pub fn gid_indexes(sysfs: &Sysfs, pod: &Netns, dev: &str, ips: &[IpAddr], wait: Duration) -> io::Result<Vec<GidIndex>> {
-    sysfs.in_netns(pod, |s| {
+/// Reads port 1 of `dev` as namespace `ns` sees it, in one sysfs mount: visibility, link layer, and the RoCE v2
+/// GID index of each address, waiting up to `wait` for the kernel to fill the table.
+pub fn lookup_gids(sysfs: &Sysfs, ns: &Netns, dev: &str, ips: &[IpAddr], wait: Duration) -> io::Result<GidLookup> {
+    sysfs.in_netns(ns, |s| {
+        if !s.ib_port_dir(dev, 1).exists() {
+            return GidLookup::NotVisible;
+        }
+        if s.ib_port_attr(dev, 1, "link_layer").as_deref() == Some("InfiniBand") {
+            return GidLookup::InfiniBand;
+        }
         let deadline = Instant::now() + wait;
         loop {
             let found: Vec<GidIndex> = ips
@@ -178,7 +187,7 @@ pub fn gid_indexes(sysfs: &Sysfs, pod: &Netns, dev: &str, ips: &[IpAddr], wait: 
                 .filter_map(|ip| s.roce_v2_index(dev, 1, *ip).map(|index| GidIndex { address: *ip, index }))
                 .collect();
             if found.len() == ips.len() || Instant::now() >= deadline {
-                return found;
+                return GidLookup::Found(found);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
