@@ -4,11 +4,10 @@
 //! ports and GID tables (like `show_gids`), the RDMA netns mode and what it means for the `rdma` policy, and
 //! warnings with the fix. Exit status 1 when something blocks ADD.
 
-use crate::cni::types::PciAddr;
 use crate::flow::state::{Attachment, Store};
 use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
-use crate::kernel::rdma::{self, NetnsMode};
+use crate::kernel::rdma::{self, NetnsMode, RdmaDevice, RdmaPort};
 use crate::kernel::sysfs::{Gid, Sysfs};
 use crate::kernel::vf::{self, VfState};
 use serde::Serialize;
@@ -163,15 +162,6 @@ pub fn report(netns: Option<&str>) -> Report {
             }
         },
     };
-    // Which VF each RDMA device belongs to (hardware: PCI parent).
-    let mut pfs = pfs;
-    for pf in &mut pfs {
-        for v in &mut pf.vfs {
-            if let Ok(pci) = PciAddr::parse(&v.pci) {
-                v.rdma_device = sysfs.rdma_devices_of(&pci).into_iter().next();
-            }
-        }
-    }
     Report { view, pfs, rdma, warnings, blockers }
 }
 
@@ -214,7 +204,8 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
                 netdev: sysfs.netdevs(&vf_pci).into_iter().next(),
                 driver: sysfs.driver(&vf_pci),
                 state,
-                rdma_device: None,
+                // Hardware RDMA functions sit under the VF's PCI device.
+                rdma_device: sysfs.rdma_devices_of(&vf_pci).into_iter().next(),
                 attached,
             });
         }
@@ -250,19 +241,30 @@ fn rdma_report(sysfs: &Sysfs, ns: Option<&Netns>, warnings: &mut Vec<String>) ->
         Some(NetnsMode::Exclusive) => {}
         None => warnings.push("could not read the RDMA netns mode".into()),
     }
+    let devs: Vec<(RdmaDevice, Vec<RdmaPort>)> = sock
+        .devices()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| {
+            let ports = sock.ports(d.index).unwrap_or_default();
+            (d, ports)
+        })
+        .collect();
+    // Link layers and GID tables of every port, read in one pass over the view's sysfs (one mount for a pod).
+    let read = |s: &Sysfs| -> Vec<Vec<(Option<String>, Vec<Gid>)>> {
+        devs.iter()
+            .map(|(d, ports)| {
+                ports.iter().map(|p| (s.ib_port_attr(&d.name, p.port, "link_layer"), s.gids(&d.name, p.port))).collect()
+            })
+            .collect()
+    };
+    let tables = match ns {
+        None => read(sysfs),
+        Some(ns) => sysfs.in_netns(ns, read).unwrap_or_default(),
+    };
     let mut devices = Vec::new();
-    for d in sock.devices().unwrap_or_default() {
-        let ports = sock.ports(d.index).unwrap_or_default();
-        let name = d.name.clone();
-        let port_sysfs: Vec<(Option<String>, Vec<Gid>)> = {
-            let read = |s: &Sysfs| -> Vec<(Option<String>, Vec<Gid>)> {
-                ports.iter().map(|p| (s.ib_port_attr(&name, p.port, "link_layer"), s.gids(&name, p.port))).collect()
-            };
-            match ns {
-                None => read(sysfs),
-                Some(ns) => sysfs.in_netns(ns, read).unwrap_or_default(),
-            }
-        };
+    for (n, (d, ports)) in devs.into_iter().enumerate() {
+        let port_sysfs = tables.get(n).cloned().unwrap_or_default();
         let mut reports = Vec::new();
         for (i, p) in ports.iter().enumerate() {
             let (link_layer, gids) = port_sysfs.get(i).cloned().unwrap_or_default();
