@@ -8,6 +8,7 @@
 #[path = "../bench_util.rs"]
 mod bench_util;
 
+use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -34,14 +35,12 @@ fn setup(dir: &Path) -> Result<(), String> {
     ip(&["link", "add", "bnchpf", "type", "veth", "peer", "name", "bnchpfp"])?;
     ip(&["link", "add", DEV, "type", "veth", "peer", "name", "bnchv0p"])?;
     ip(&["netns", "add", NS])?;
-    let dev = |p: &str| dir.join("sys/bus/pci/devices").join(p);
-    let mk = |r: std::io::Result<()>| r.map_err(|e| format!("building the fake sysfs tree: {e}"));
-    mk(std::fs::create_dir_all(dev(PF_PCI).join("net/bnchpf")))?;
-    mk(std::fs::create_dir_all(dev(PCI).join("net").join(DEV)))?;
-    mk(std::fs::write(dev(PF_PCI).join("sriov_totalvfs"), "1\n"))?;
-    mk(std::os::unix::fs::symlink(format!("../{PF_PCI}"), dev(PCI).join("physfn")))?;
-    mk(std::os::unix::fs::symlink(format!("../{PCI}"), dev(PF_PCI).join("virtfn0")))?;
-    mk(std::os::unix::fs::symlink("../../../bus/pci/drivers/igbvf", dev(PCI).join("driver")))?;
+    let built = || -> std::io::Result<()> {
+        let tree = FakeTree::new(&dir.join("sys"))?;
+        tree.pf(PF_PCI, "bnchpf", 1)?;
+        tree.vf(PF_PCI, 0, PCI, Some(DEV), "igbvf")
+    };
+    built().map_err(|e| format!("building the fake sysfs tree: {e}"))?;
     Ok(())
 }
 

@@ -250,9 +250,9 @@ impl Sysfs {
     }
 }
 
-#[cfg(test)]
+/// A fake sysfs PCI tree with the layout of a real one (physfn, virtfnN, driver, net/, infiniband/), nothing
+/// else. `SRIOV_RDMA_SYSFS` points the plugin at one; the tests, the benchmark and the host demo build them.
 pub mod fake {
-    //! A fake sysfs PCI tree: the layout of a real one (physfn, virtfnN, driver, net/), nothing else.
     use super::*;
     use std::os::unix::fs::symlink;
 
@@ -261,49 +261,60 @@ pub mod fake {
     }
 
     impl FakeTree {
-        pub fn new(root: &Path) -> FakeTree {
-            fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
-            fs::create_dir_all(root.join("class/net")).unwrap();
-            FakeTree { root: root.to_path_buf() }
+        pub fn new(root: &Path) -> io::Result<FakeTree> {
+            fs::create_dir_all(root.join("bus/pci/devices"))?;
+            fs::create_dir_all(root.join("class/net"))?;
+            Ok(FakeTree { root: root.to_path_buf() })
         }
 
-        fn dev(&self, pci: &str) -> PathBuf {
+        pub fn dev(&self, pci: &str) -> PathBuf {
             self.root.join("bus/pci/devices").join(pci)
         }
 
-        pub fn pf(&self, pci: &str, netdev: &str, total: u32) {
-            fs::create_dir_all(self.dev(pci).join("net").join(netdev)).unwrap();
-            fs::write(self.dev(pci).join("sriov_totalvfs"), format!("{total}\n")).unwrap();
-            fs::create_dir_all(self.root.join("class/net").join(netdev)).unwrap();
+        /// An SR-IOV PF with `total` VFs possible and `total` enabled.
+        pub fn pf(&self, pci: &str, netdev: &str, total: u32) -> io::Result<()> {
+            fs::create_dir_all(self.dev(pci).join("net").join(netdev))?;
+            fs::write(self.dev(pci).join("sriov_totalvfs"), format!("{total}\n"))?;
+            fs::write(self.dev(pci).join("sriov_numvfs"), format!("{total}\n"))?;
+            fs::create_dir_all(self.root.join("class/net").join(netdev))?;
             symlink(format!("../../../bus/pci/devices/{pci}"), self.root.join("class/net").join(netdev).join("device"))
-                .unwrap();
         }
 
         /// An RDMA device under a PCI function, with a GID table: (index, gid, type, ndev).
-        pub fn rdma(&self, pci: &str, dev: &str, gids: &[(u32, &str, &str, &str)]) {
-            fs::create_dir_all(self.dev(pci).join("infiniband").join(dev)).unwrap();
+        pub fn rdma(&self, pci: &str, dev: &str, gids: &[(u32, &str, &str, &str)]) -> io::Result<()> {
+            fs::create_dir_all(self.dev(pci).join("infiniband").join(dev))?;
             let port = self.root.join("class/infiniband").join(dev).join("ports/1");
             for sub in ["gids", "gid_attrs/types", "gid_attrs/ndevs"] {
-                fs::create_dir_all(port.join(sub)).unwrap();
+                fs::create_dir_all(port.join(sub))?;
             }
             for i in 0..8u32 {
-                fs::write(port.join("gids").join(i.to_string()), "0000:0000:0000:0000:0000:0000:0000:0000\n").unwrap();
+                fs::write(port.join("gids").join(i.to_string()), "0000:0000:0000:0000:0000:0000:0000:0000\n")?;
             }
             for (i, gid, kind, ndev) in gids {
-                fs::write(port.join("gids").join(i.to_string()), format!("{gid}\n")).unwrap();
-                fs::write(port.join("gid_attrs/types").join(i.to_string()), format!("{kind}\n")).unwrap();
-                fs::write(port.join("gid_attrs/ndevs").join(i.to_string()), format!("{ndev}\n")).unwrap();
+                fs::write(port.join("gids").join(i.to_string()), format!("{gid}\n"))?;
+                fs::write(port.join("gid_attrs/types").join(i.to_string()), format!("{kind}\n"))?;
+                fs::write(port.join("gid_attrs/ndevs").join(i.to_string()), format!("{ndev}\n"))?;
             }
+            Ok(())
         }
 
-        pub fn vf(&self, pf_pci: &str, idx: u32, pci: &str, netdev: Option<&str>, driver: &str) {
-            fs::create_dir_all(self.dev(pci)).unwrap();
-            symlink(format!("../{pf_pci}"), self.dev(pci).join("physfn")).unwrap();
-            symlink(format!("../{pci}"), self.dev(pf_pci).join(format!("virtfn{idx}"))).unwrap();
-            symlink(format!("../../../bus/pci/drivers/{driver}"), self.dev(pci).join("driver")).unwrap();
+        /// VF `idx` of a PF: `physfn`, `virtfnN`, `driver`, and `net/<netdev>` when it has one.
+        pub fn vf(&self, pf_pci: &str, idx: u32, pci: &str, netdev: Option<&str>, driver: &str) -> io::Result<()> {
+            fs::create_dir_all(self.dev(pci))?;
+            symlink(format!("../{pf_pci}"), self.dev(pci).join("physfn"))?;
+            symlink(format!("../{pci}"), self.dev(pf_pci).join(format!("virtfn{idx}")))?;
+            symlink(format!("../../../bus/pci/drivers/{driver}"), self.dev(pci).join("driver"))?;
             if let Some(n) = netdev {
-                fs::create_dir_all(self.dev(pci).join("net").join(n)).unwrap();
+                fs::create_dir_all(self.dev(pci).join("net").join(n))?;
             }
+            Ok(())
+        }
+
+        /// Points a VF's `net/` entry at another name (what real sysfs shows after a rename).
+        pub fn set_vf_netdev(&self, pci: &str, name: &str) -> io::Result<()> {
+            let net = self.dev(pci).join("net");
+            let _ = fs::remove_dir_all(&net);
+            fs::create_dir_all(net.join(name))
         }
     }
 }
@@ -316,11 +327,11 @@ mod tests {
     fn tree(name: &str) -> (Sysfs, FakeTree) {
         let root = std::env::temp_dir().join(format!("sriov-rdma-sysfs-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
-        let t = FakeTree::new(&root);
-        t.pf("0000:3b:00.0", "ens1f0", 8);
-        t.vf("0000:3b:00.0", 0, "0000:3b:02.0", Some("ens1f0v0"), "iavf");
-        t.vf("0000:3b:00.0", 1, "0000:3b:02.1", Some("ens1f0v1"), "iavf");
-        t.vf("0000:3b:00.0", 10, "0000:3b:03.2", None, "vfio-pci");
+        let t = FakeTree::new(&root).unwrap();
+        t.pf("0000:3b:00.0", "ens1f0", 8).unwrap();
+        t.vf("0000:3b:00.0", 0, "0000:3b:02.0", Some("ens1f0v0"), "iavf").unwrap();
+        t.vf("0000:3b:00.0", 1, "0000:3b:02.1", Some("ens1f0v1"), "iavf").unwrap();
+        t.vf("0000:3b:00.0", 10, "0000:3b:03.2", None, "vfio-pci").unwrap();
         fs::create_dir_all(root.join("bus/pci/devices/0000:00:1f.6")).unwrap();
         (Sysfs { root }, t)
     }
@@ -371,7 +382,8 @@ mod tests {
                 (2, "0000:0000:0000:0000:0000:ffff:0a01:0002", "IB/RoCE v1", "net1"),
                 (3, "0000:0000:0000:0000:0000:ffff:0a01:0002", "RoCE v2", "net1"),
             ],
-        );
+        )
+        .unwrap();
         assert_eq!(s.rdma_devices_of(&pci("0000:3b:02.1")), vec!["mlx5_3".to_string()]);
         assert!(s.rdma_devices_of(&pci("0000:3b:02.0")).is_empty());
         assert_eq!(s.gids("mlx5_3", 1).len(), 4, "empty entries are skipped");

@@ -6,9 +6,9 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
+use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
 use std::collections::HashMap;
 use std::fs;
-use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -70,6 +70,7 @@ pub struct Bed {
     pub state: PathBuf,
     pub pf: String,
     pub pf_pci: String,
+    pub tree: FakeTree,
     pub vfs: Vec<(String, String)>, // (pci, netdev)
     pub netns: Vec<String>,
     links: Vec<String>,
@@ -83,8 +84,7 @@ impl Bed {
         let _ = fs::remove_dir_all(&dir);
         let sysfs = dir.join("sys");
         let state = dir.join("state");
-        fs::create_dir_all(sysfs.join("bus/pci/devices")).unwrap();
-        fs::create_dir_all(sysfs.join("class/net")).unwrap();
+        let tree = FakeTree::new(&sysfs).unwrap();
         let mut bed = Bed {
             tag: tag.to_string(),
             dir,
@@ -92,22 +92,14 @@ impl Bed {
             state,
             pf: format!("t{tag}pf"),
             pf_pci: format!("0000:{:02x}:00.0", tag_bus(tag)),
+            tree,
             vfs: Vec::new(),
             netns: Vec::new(),
             links: Vec::new(),
         };
         let pf = bed.pf.clone();
         bed.veth(&pf);
-        let pf_dev = bed.pci_dir(&bed.pf_pci.clone());
-        fs::create_dir_all(pf_dev.join("net").join(&pf)).unwrap();
-        fs::write(pf_dev.join("sriov_totalvfs"), format!("{n}\n")).unwrap();
-        fs::write(pf_dev.join("sriov_numvfs"), format!("{n}\n")).unwrap();
-        fs::create_dir_all(bed.sysfs.join("class/net").join(&pf)).unwrap();
-        symlink(
-            format!("../../../bus/pci/devices/{}", bed.pf_pci),
-            bed.sysfs.join("class/net").join(&pf).join("device"),
-        )
-        .unwrap();
+        bed.tree.pf(&bed.pf_pci, &pf, n as u32).unwrap();
         for i in 0..n {
             let pci = format!("0000:{:02x}:02.{}", tag_bus(tag), i % 8);
             let pci = if i >= 8 { format!("0000:{:02x}:03.{}", tag_bus(tag), i % 8) } else { pci };
@@ -128,26 +120,17 @@ impl Bed {
     }
 
     pub fn pci_dir(&self, pci: &str) -> PathBuf {
-        self.sysfs.join("bus/pci/devices").join(pci)
+        self.tree.dev(pci)
     }
 
-    /// Adds a VF to the fake tree: `physfn`, `virtfnN`, `driver`, and `net/<netdev>` when it has one.
+    /// Adds a VF of the bed's PF to the fake tree.
     pub fn add_vf(&self, idx: usize, pci: &str, netdev: Option<&str>, driver: &str) {
-        let d = self.pci_dir(pci);
-        fs::create_dir_all(&d).unwrap();
-        symlink(format!("../{}", self.pf_pci), d.join("physfn")).unwrap();
-        symlink(format!("../{pci}"), self.pci_dir(&self.pf_pci).join(format!("virtfn{idx}"))).unwrap();
-        symlink(format!("../../../bus/pci/drivers/{driver}"), d.join("driver")).unwrap();
-        if let Some(n) = netdev {
-            fs::create_dir_all(d.join("net").join(n)).unwrap();
-        }
+        self.tree.vf(&self.pf_pci, idx as u32, pci, netdev, driver).unwrap();
     }
 
     /// Points the fake tree's `net/` entry of a VF at another name (what real sysfs shows after a rename).
     pub fn set_vf_netdev(&self, pci: &str, name: &str) {
-        let net = self.pci_dir(pci).join("net");
-        let _ = fs::remove_dir_all(&net);
-        fs::create_dir_all(net.join(name)).unwrap();
+        self.tree.set_vf_netdev(pci, name).unwrap();
     }
 
     pub fn netns(&mut self) -> String {
