@@ -301,14 +301,10 @@ fn attach(
     // IPAM runs while the kernel moves the netdev (the move is mostly an RCU wait).
     progress.ipam = conf.ipam.is_some();
     let target = Target::of_env(env);
-    let early = if ipam::can_overlap(conf) { ipam::spawn(conf, env, "ADD", &target)? } else { None };
-    let moved = move_into_pod(host, pod, conf, env, rec, &mut iface, progress);
-    let early = early.map(|p| p.wait());
+    let (moved, out) =
+        ipam::around(conf, env, "ADD", &target, || move_into_pod(host, pod, conf, env, rec, &mut iface, progress))?;
     let index = moved?;
-    let out = match early {
-        Some(out) => out?,
-        None => ipam::exec(conf, env, "ADD", &target)?,
-    };
+    let out = out?;
     let mut result = if conf.ipam.is_some() { AttachResult::from_ipam(&out)? } else { AttachResult::default() };
     if let Some(index) = index {
         for ip in &result.ips {
@@ -602,14 +598,11 @@ pub fn release(
             None
         }
     };
-    let early = if ipam::can_overlap(conf) { Some(ipam::spawn(conf, env, "DEL", target)) } else { None };
-    let mut errors = detach(host, pod.as_mut(), rec, Undo::ALL);
-    let released = match early {
-        Some(Ok(Some(p))) => p.wait().map(drop),
-        Some(Ok(None)) => Ok(()),
-        Some(Err(e)) => Err(e),
-        None => ipam::exec(conf, env, "DEL", target).map(drop),
-    };
+    let (mut errors, released) =
+        match ipam::around(conf, env, "DEL", target, || detach(host, pod.as_mut(), rec, Undo::ALL)) {
+            Ok(done) => done,
+            Err(e) => (detach(host, pod.as_mut(), rec, Undo::ALL), Err(e)),
+        };
     if let Err(e) = released {
         errors.push(e.to_string());
     }
