@@ -165,6 +165,7 @@ fn ipam_failure_rolls_back_everything() {
     assert_eq!(r.code(), 7);
     assert!(r.msg().contains("no-such-ipam"), "{}", r.msg());
     assert!(link(None, &vf).is_some());
+    assert!(bed.records().is_empty(), "{}", r.stdout);
 }
 
 #[test]

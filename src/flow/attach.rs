@@ -299,10 +299,11 @@ fn attach(
         pci_id: Some(rec.pci.to_string()),
     };
     // IPAM runs while the kernel moves the netdev (the move is mostly an RCU wait).
-    progress.ipam = conf.ipam.is_some();
     let target = Target::of_env(env);
     let (moved, out) =
         ipam::around(conf, env, "ADD", &target, || move_into_pod(host, pod, conf, env, rec, &mut iface, progress))?;
+    // Only an IPAM plugin that was started can have allocated something for the rollback to release.
+    progress.ipam = conf.ipam.is_some();
     let index = moved?;
     let out = out?;
     let mut result = if conf.ipam.is_some() { AttachResult::from_ipam(&out)? } else { AttachResult::default() };

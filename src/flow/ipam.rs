@@ -78,6 +78,9 @@ pub fn around<T>(
     target: &Target,
     work: impl FnOnce() -> T,
 ) -> CniResult<(T, CniResult<Vec<u8>>)> {
+    if let Some(ipam) = &conf.ipam {
+        find(env, &ipam.kind)?;
+    }
     if !can_overlap(conf) {
         let done = work();
         return Ok((done, exec(conf, env, command, target)));
