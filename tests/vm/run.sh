@@ -18,8 +18,8 @@ case "$mode" in
 esac
 [ "$mode" = demo ] && echo "Booting the emulated SR-IOV machine (QEMU igb, Debian 6.12 kernel; ~15 s)..."
 timeout 600 qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 1024 -smp 2 -nographic -no-reboot \
-  -machine q35 -device intel-iommu,intremap=off \
-  -netdev user,id=n0 -device igb,netdev=n0,addr=0x4 -netdev user,id=n1 -device igb,netdev=n1,addr=0x8 \
+  -machine q35 -global q35-pcihost.pci-hole64-size=0 -device intel-iommu,intremap=off \
+  -netdev hubport,id=h0,hubid=0 -device igb,netdev=h0,addr=0x4 -netdev hubport,id=h1,hubid=0 -device igb,netdev=h1,addr=0x8 \
   -kernel "$cache/kernel/boot/vmlinuz" -initrd "$initrd" \
   -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on sriov_rdma=$mode sriov_rdma_n=$n" 2>&1 \
   | tr -d '\r' | sed -u -E 's/\x1b(\[[0-9;?]*[a-zA-Z]|c)//g' | tee "$log" | grep -a --line-buffered -E "$filter" | sed -u -E 's/^(DEMO ?|BENCH )//' || true
