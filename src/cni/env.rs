@@ -103,7 +103,8 @@ pub fn validate_container_id(id: &str) -> CniResult<()> {
     }
 }
 
-/// A Linux interface name: 1–15 bytes, no '/', no whitespace, not '.' or '..'.
+/// A Linux interface name: 1–15 bytes, no '/', no whitespace, not '.' or '..', and no '%' (the kernel would
+/// take `net%d` as a pattern and pick another name).
 pub fn validate_ifname(name: &str) -> CniResult<()> {
     let why = if name.is_empty() {
         "is not set"
@@ -113,6 +114,8 @@ pub fn validate_ifname(name: &str) -> CniResult<()> {
         "may not be '.' or '..'"
     } else if name.contains('/') || name.contains(':') || name.chars().any(char::is_whitespace) {
         "may not contain '/', ':' or whitespace"
+    } else if name.contains('%') {
+        "may not contain '%' (the kernel treats it as a name pattern)"
     } else {
         return Ok(());
     };
@@ -168,6 +171,8 @@ mod tests {
             ("CNI_IFNAME", "a-very-long-name0", "CNI_IFNAME"),
             ("CNI_IFNAME", "a/b", "CNI_IFNAME"),
             ("CNI_IFNAME", "..", "CNI_IFNAME"),
+            ("CNI_IFNAME", "net%d", "CNI_IFNAME"),
+            ("CNI_IFNAME", "%s", "CNI_IFNAME"),
             ("CNI_IFNAME", "", "CNI_IFNAME"),
             ("CNI_NETNS", "", "CNI_NETNS"),
             ("CNI_ARGS", "novalue", "CNI_ARGS"),

@@ -11,12 +11,13 @@ use crate::cni::config::{NetConf, RdmaPolicy, VfSource};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::result::{AttachResult, Interface};
+use crate::cni::types::Mac;
 use crate::kernel::link::{Link, RouteSocket};
 use crate::kernel::netlink::Route;
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self as kernel_rdma, RdmaSocket};
 use crate::kernel::sysfs::{Sysfs, Vf};
-use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfState};
+use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfSetting, VfState};
 use netlink_packet_route::link::LinkAttribute;
 use std::time::{Duration, Instant};
 
@@ -190,15 +191,16 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
         }
         Err(e) => {
             crate::warn!("ADD {}/{} failed, rolling back: {e}", rec.container_id, rec.ifname);
-            let mut undo = detach(
-                &mut host,
-                Some(&mut pod),
-                &rec,
-                Undo { netdev_moved: progress.moved, settings_applied: progress.settings, rdma_moved: progress.rdma },
-            );
-            if progress.ipam {
-                if let Err(e) = ipam::exec(conf, env, "DEL", &Target::of_env(env)) {
-                    undo.push(e.to_string());
+            let undo = Undo { netdev_moved: progress.moved, settings: progress.settings, rdma_moved: progress.rdma };
+            let mut undo = detach(&mut host, Some(&mut pod), &rec, undo);
+            if progress.ipam_started {
+                if let Err(del) = ipam::exec(conf, env, "DEL", &Target::of_env(env)) {
+                    // An IPAM ADD that failed allocated nothing to hold the VF for.
+                    if progress.ipam_added {
+                        undo.push(del.to_string());
+                    } else {
+                        crate::warn!("IPAM DEL after the failed IPAM ADD: {del}");
+                    }
                 }
             }
             if undo.is_empty() {
@@ -214,10 +216,12 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
 /// How far ADD got, so a rollback undoes exactly that.
 #[derive(Default)]
 struct Progress {
-    settings: bool,
+    /// How many of the planned PF-side settings the PF took.
+    settings: usize,
     rdma: bool,
     moved: bool,
-    ipam: bool,
+    ipam_started: bool,
+    ipam_added: bool,
 }
 
 /// What `detach` has to undo. DEL and GC undo everything; a rollback only what ADD did.
@@ -225,14 +229,14 @@ struct Progress {
 pub struct Undo {
     /// Look for the netdev in the pod (false when it never left the host).
     pub netdev_moved: bool,
-    /// Restore the PF-side settings (false when applying them failed and was already undone).
-    pub settings_applied: bool,
+    /// How many of the planned PF-side settings to restore (the first ones, in reverse).
+    pub settings: usize,
     /// Move the RDMA device back if the pod still has it.
     pub rdma_moved: bool,
 }
 
 impl Undo {
-    pub const ALL: Undo = Undo { netdev_moved: true, settings_applied: true, rdma_moved: true };
+    pub const ALL: Undo = Undo { netdev_moved: true, settings: usize::MAX, rdma_moved: true };
 }
 
 /// Discovers the VF's RDMA device and applies the `rdma` policy; fails (for "isolated") before anything changes.
@@ -279,12 +283,14 @@ fn attach(
     mut rdma_sock: Option<&mut RdmaSocket>,
     progress: &mut Progress,
 ) -> CniResult<AttachResult> {
-    if let Some(orig) = &rec.vf_original {
-        vf::apply_all(&mut NetlinkPf(&mut host.route), pf, rec.vf_index, plan, orig)?;
+    if rec.vf_original.is_some() {
+        vf::apply_all(&mut NetlinkPf(&mut host.route), pf, rec.vf_index, plan, &mut progress.settings)?;
     }
-    progress.settings = true;
     if rec.vf_settings.guid.is_some() && rec.driver.as_deref() == Some("mlx5_core") {
         refresh_after_rebind(host, rec, rdma_sock.as_deref_mut())?;
+    }
+    if let (Some(mac), Some(_)) = (rec.vf_settings.mac, &rec.netdev) {
+        follow_admin_mac(host, rec, mac)?;
     }
     // The RDMA device goes first: then the netdev, which it may be bound to.
     if let (Some(r), Some(sock)) = (rec.rdma.as_mut().filter(|r| r.moved), rdma_sock) {
@@ -303,7 +309,8 @@ fn attach(
     let (moved, out) =
         ipam::around(conf, env, "ADD", &target, || move_into_pod(host, pod, conf, env, rec, &mut iface, progress))?;
     // Only an IPAM plugin that was started can have allocated something for the rollback to release.
-    progress.ipam = conf.ipam.is_some();
+    progress.ipam_started = conf.ipam.is_some();
+    progress.ipam_added = progress.ipam_started && out.is_ok();
     let index = moved?;
     let out = out?;
     let mut result = if conf.ipam.is_some() { AttachResult::from_ipam(&out)? } else { AttachResult::default() };
@@ -427,32 +434,73 @@ fn move_into_pod(
     Ok(index)
 }
 
-/// Whether a link is the VF of this record: by the parent PCI address where the kernel reports one.
+/// Whether a link is this record's VF: by the PCI address the kernel reports as its parent; a stand-in without
+/// one (a veth in the tests) only by the ifindex it had, so a device that merely took the name is never touched.
 fn is_ours(l: &Link, rec: &Attachment) -> bool {
-    l.parent.as_deref().is_none_or(|p| p == rec.pci.as_str())
+    match &l.parent {
+        Some(p) => p == rec.pci.as_str(),
+        None => rec.netdev.as_ref().is_some_and(|n| n.index == l.index),
+    }
 }
 
-/// Undoes an attachment: netdev back to the host, PF settings, host-side name/MAC/MTU/up. Keeps going past
-/// errors and returns them.
+/// The VF's netdev in the pod, whatever it is called there: by CNI_IFNAME, by its ifindex, by its PCI address.
+fn find_in_pod(pod: &mut Pod, rec: &Attachment) -> std::io::Result<Option<Link>> {
+    if let Some(l) = pod.route.link_by_name(&rec.ifname)?.filter(|l| is_ours(l, rec)) {
+        return Ok(Some(l));
+    }
+    if let Some(orig) = &rec.netdev {
+        if let Some(l) = pod.route.link_by_index(orig.index)?.filter(|l| is_ours(l, rec)) {
+            return Ok(Some(l));
+        }
+    }
+    Ok(pod.route.links()?.into_iter().find(|l| l.parent.as_deref() == Some(rec.pci.as_str())))
+}
+
+/// A host name for the VF when its own was taken meanwhile: `<pf>v<index>`, as udev would name it.
+fn spare_name(rec: &Attachment) -> String {
+    let mut n = format!("{}v{}", rec.pf, rec.vf_index);
+    n.truncate(15);
+    n
+}
+
+/// Moves the VF's netdev from the pod back to the host under its original name, or a spare one (with a warning)
+/// when another device has taken it. Returns the name it has on the host.
+fn move_back(host: &mut Host, pod: &mut Pod, rec: &Attachment, orig: &Link, l: &Link) -> Result<String, String> {
+    let err = |name: &str, e: std::io::Error| {
+        format!("moving VF {} ({}) from {} back to the host as {name}: {e}", rec.pci, l.name, rec.netns)
+    };
+    match pod.route.move_link(l.index, host.ns.fd(), &orig.name) {
+        Ok(()) => Ok(orig.name.clone()),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            let spare = spare_name(rec);
+            crate::warn!(
+                "VF {}: its host name {} is taken by another device; it comes back as {spare}",
+                rec.pci,
+                orig.name
+            );
+            pod.route.move_link(l.index, host.ns.fd(), &spare).map_err(|e| err(&spare, e))?;
+            Ok(spare)
+        }
+        Err(e) => Err(err(&orig.name, e)),
+    }
+}
+
+/// Undoes an attachment: netdev back to the host, the MACs, the PF settings, host-side name/MTU/up. Keeps going
+/// past errors and returns them.
 pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Undo) -> Vec<String> {
     let mut errors = Vec::new();
     let pod_alive = pod.is_some();
+    let mut host_name = rec.netdev.as_ref().map(|n| n.name.clone());
     let mut pod_ns = None;
     if let Some(pod) = pod {
-        if let Some(orig) = &rec.netdev {
-            if undo.netdev_moved {
-                match pod.route.link_by_name(&rec.ifname) {
-                    Ok(Some(l)) if is_ours(&l, rec) => {
-                        if let Err(e) = pod.route.move_link(l.index, host.ns.fd(), &orig.name) {
-                            errors.push(format!(
-                                "moving VF {} ({}) from {} back to the host as {}: {e}",
-                                rec.pci, rec.ifname, rec.netns, orig.name
-                            ));
-                        }
-                    }
-                    Ok(_) => crate::info!("VF {} is not in {} as {}", rec.pci, rec.netns, rec.ifname),
-                    Err(e) => errors.push(format!("looking up {} in {}: {e}", rec.ifname, rec.netns)),
-                }
+        if let Some(orig) = rec.netdev.as_ref().filter(|_| undo.netdev_moved) {
+            match find_in_pod(pod, rec) {
+                Ok(Some(l)) => match move_back(host, pod, rec, orig, &l) {
+                    Ok(name) => host_name = Some(name),
+                    Err(e) => errors.push(e),
+                },
+                Ok(None) => crate::info!("VF {} is not in {}", rec.pci, rec.netns),
+                Err(e) => errors.push(format!("looking for VF {} in {}: {e}", rec.pci, rec.netns)),
             }
         }
         pod_ns = Some(&pod.ns);
@@ -470,30 +518,176 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
             }
         }
     }
-    if let Some(orig) = rec.vf_original.as_ref().filter(|_| undo.settings_applied) {
-        let plan = vf::planned(&rec.vf_settings, orig);
-        match host.pf(&rec.pf) {
-            Ok(pf) => errors.extend(vf::restore_all(&mut NetlinkPf(&mut host.route), &pf, rec.vf_index, &plan, orig)),
+    // The netdev has to be on the host before its MAC goes back; a destroyed namespace hands it back
+    // asynchronously.
+    let wait = if pod_alive { Duration::ZERO } else { RETURN_WAIT };
+    let mut cur = match &host_name {
+        Some(name) => find_host_netdev(host, rec, name, wait).unwrap_or_else(|e| {
+            errors.push(e);
+            None
+        }),
+        None => None,
+    };
+    let plan = rec.vf_original.as_ref().map(|o| vf::planned(&rec.vf_settings, o)).unwrap_or_default();
+    let applied = &plan[..undo.settings.min(plan.len())];
+    match (rec.vf_original.as_ref(), applied.is_empty()) {
+        (Some(orig), false) => match host.pf(&rec.pf) {
+            Ok(pf) => {
+                errors.extend(restore_macs(host, rec, &pf, cur.as_ref(), applied));
+                let rest: Vec<_> = applied.iter().filter(|s| !matches!(s, VfSetting::Mac(_))).cloned().collect();
+                errors.extend(vf::restore_all(&mut NetlinkPf(&mut host.route), &pf, rec.vf_index, &rest, orig));
+            }
             Err(e) => errors.push(format!("restoring VF {} settings: {e}", rec.pci)),
+        },
+        _ => {
+            if let Some(c) = &cur {
+                errors.extend(restore_netdev_mac(host, rec, c));
+            }
         }
     }
     // mlx5 takes the restored GUID only after a rebind; the netdev then comes back and is waited for.
-    let rebound = undo.settings_applied && rec.vf_settings.guid.is_some() && rec.driver.as_deref() == Some("mlx5_core");
+    let rebound = !applied.is_empty() && rec.vf_settings.guid.is_some() && rec.driver.as_deref() == Some("mlx5_core");
     if rebound {
-        if let Err(e) = host.sysfs.rebind(&rec.pci) {
-            errors.push(format!("rebinding VF {} to mlx5_core to restore its GUID: {e}", rec.pci));
+        match host.sysfs.rebind(&rec.pci) {
+            Ok(()) => {
+                let name = host_name.clone().unwrap_or_default();
+                cur = find_host_netdev(host, rec, &name, RETURN_WAIT).unwrap_or_else(|e| {
+                    errors.push(e);
+                    None
+                });
+            }
+            Err(e) => errors.push(format!("rebinding VF {} to mlx5_core to restore its GUID: {e}", rec.pci)),
         }
     }
     if let Some(orig) = &rec.netdev {
-        if let Err(e) = restore_host_netdev(host, rec, orig, !pod_alive || rebound) {
-            errors.push(e);
+        match cur {
+            Some(cur) => {
+                if let Err(e) = restore_host_netdev(host, rec, orig, &cur) {
+                    errors.push(e);
+                }
+            }
+            None => crate::warn!(
+                "VF {} ({}): its netdev is neither in {} nor on the host; nothing left to restore",
+                rec.pci,
+                orig.name,
+                rec.netns
+            ),
         }
     }
     errors
 }
 
-/// The VF's netdev on the host: by `name`, else by PCI address; polls up to `wait` for it to appear (a
-/// destroyed namespace or a driver rebind hands it back asynchronously).
+/// The MAC the netdev had before ADD, set on the host. With `always`, sent even when it has it already: the VF
+/// driver then registers it with the PF again.
+fn set_netdev_mac(host: &mut Host, rec: &Attachment, cur: &Link, always: bool) -> Result<(), String> {
+    let Some(mac) = rec.netdev.as_ref().and_then(|n| n.mac) else {
+        return Ok(());
+    };
+    if !always && cur.mac == Some(mac) {
+        return Ok(());
+    }
+    host.route.set_link(cur.index, vec![LinkAttribute::Address(mac.0.to_vec())], None).map_err(|e| {
+        let rule = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+            format!(
+                " (PF {} refused it: a VF may not change its own MAC while an administratively set MAC is in force \
+                 and trust is off)",
+                rec.pf
+            )
+        } else {
+            String::new()
+        };
+        format!("setting the MAC of VF {} ({}) back to {mac}: {e}{rule}", rec.pci, cur.name)
+    })
+}
+
+fn restore_netdev_mac(host: &mut Host, rec: &Attachment, cur: &Link) -> Vec<String> {
+    set_netdev_mac(host, rec, cur, false).err().into_iter().collect()
+}
+
+/// The PF's admin MAC and the netdev's own MAC, back as they were, before trust is restored. A PF holding an
+/// administratively set MAC refuses the VF's own change while trust is off (igb, ixgbe), so: clear the admin MAC
+/// (all-zero lifts the hold on igb, ixgbe, i40e, ice), set the netdev's MAC back (the VF driver registers it with
+/// the PF, which then reports it as the VF's MAC, as before ADD), and only an original admin MAC that the PF does
+/// not report by then is set again.
+fn restore_macs(host: &mut Host, rec: &Attachment, pf: &Pf, cur: Option<&Link>, applied: &[VfSetting]) -> Vec<String> {
+    let mut errors = Vec::new();
+    let Some(cur) = cur else {
+        if let Some(s) = applied.iter().find(|s| matches!(s, VfSetting::Mac(_))) {
+            if let Some(orig) = &rec.vf_original {
+                errors.extend(vf::restore_all(
+                    &mut NetlinkPf(&mut host.route),
+                    pf,
+                    rec.vf_index,
+                    std::slice::from_ref(s),
+                    orig,
+                ));
+            }
+        }
+        return errors;
+    };
+    if !applied.iter().any(|s| matches!(s, VfSetting::Mac(_))) {
+        return restore_netdev_mac(host, rec, cur);
+    }
+    let zero = Mac([0; 6]);
+    let mut ctl = NetlinkPf(&mut host.route);
+    if let Err(e) = ctl.apply(pf, rec.vf_index, &VfSetting::Mac(zero)) {
+        crate::debug!("VF {}: clearing the admin MAC on PF {}: {e}", rec.pci, pf.name);
+    }
+    if let Err(e) = set_netdev_mac(host, rec, cur, true) {
+        errors.push(e);
+    }
+    let original = rec.vf_original.as_ref().and_then(|o| o.mac).filter(|m| *m != zero);
+    if let Some(o) = original {
+        let mut ctl = NetlinkPf(&mut host.route);
+        let now = ctl.vf_state(pf, rec.vf_index).ok().flatten().and_then(|s| s.mac);
+        if now != Some(o) {
+            if let Err(e) = ctl.apply(pf, rec.vf_index, &VfSetting::Mac(o)) {
+                errors.push(format!("restoring mac {o} on VF {} of PF {}: {e}", rec.vf_index, pf.name));
+            }
+        }
+    }
+    errors
+}
+
+/// Makes the netdev carry the admin MAC just set on the PF. A PF that does not tell the VF driver (igb) refuses
+/// the VF's own change to it while trust is off; the driver then takes it when it is bound again.
+fn follow_admin_mac(host: &mut Host, rec: &mut Attachment, mac: Mac) -> CniResult<()> {
+    let Some(orig) = rec.netdev.clone() else {
+        return Ok(());
+    };
+    let cur = find_host_netdev(host, rec, &orig.name, Duration::ZERO)
+        .map_err(CniError::io)?
+        .ok_or_else(|| CniError::io(format!("VF {} netdev {} is not in the host namespace", rec.pci, orig.name)))?;
+    if cur.mac == Some(mac) {
+        return Ok(());
+    }
+    let refused = match host.route.set_link(cur.index, vec![LinkAttribute::Address(mac.0.to_vec())], None) {
+        Ok(()) => return Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EADDRNOTAVAIL) | Some(libc::EPERM)) => e,
+        Err(e) => return Err(CniError::io(format!("setting mac {mac} on VF {} ({}): {e}", rec.pci, cur.name))),
+    };
+    let driver = rec.driver.clone().unwrap_or_default();
+    crate::info!("VF {}: the VF driver may not take admin MAC {mac} itself ({refused}); rebinding {driver}", rec.pci);
+    host.sysfs.rebind(&rec.pci).ctx(|| format!("rebinding VF {} to {driver} so it takes admin MAC {mac}", rec.pci))?;
+    let link = find_host_netdev(host, rec, &orig.name, RETURN_WAIT).map_err(CniError::io)?.ok_or_else(|| {
+        CniError::io(format!("VF {} has no netdev {}s after rebinding {driver}", rec.pci, RETURN_WAIT.as_secs()))
+    })?;
+    if link.mac != Some(mac) {
+        return Err(CniError::io(format!(
+            "VF {} ({}) does not carry admin MAC {mac} after rebinding {driver} (it has {})",
+            rec.pci,
+            link.name,
+            link.mac.map(|m| m.to_string()).unwrap_or_default()
+        )));
+    }
+    if let Some(n) = rec.netdev.as_mut() {
+        n.index = link.index;
+    }
+    Ok(())
+}
+
+/// The VF's netdev on the host: by `name`, else by what sysfs lists under its PCI address; polls up to `wait`
+/// for it to appear (a destroyed namespace or a driver rebind hands it back asynchronously).
 fn find_host_netdev(host: &mut Host, rec: &Attachment, name: &str, wait: Duration) -> Result<Option<Link>, String> {
     let deadline = Instant::now() + wait;
     loop {
@@ -503,7 +697,8 @@ fn find_host_netdev(host: &mut Host, rec: &Attachment, name: &str, wait: Duratio
         }
         for n in host.sysfs.netdevs(&rec.pci) {
             let l = host.route.link_by_name(&n).map_err(|e| format!("looking up {n}: {e}"))?;
-            if let Some(l) = l.filter(|l| is_ours(l, rec)) {
+            // sysfs lists the VF's own netdevs: a stand-in without a parent is taken on its word.
+            if let Some(l) = l.filter(|l| l.parent.as_deref().is_none_or(|p| p == rec.pci.as_str())) {
                 return Ok(Some(l));
             }
         }
@@ -514,22 +709,21 @@ fn find_host_netdev(host: &mut Host, rec: &Attachment, name: &str, wait: Duratio
     }
 }
 
-/// Finds the VF's netdev on the host and gives it back its name, MAC, MTU, up state and altnames. With the
-/// pod namespace gone, waits a bounded time for the kernel.
-fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: bool) -> Result<(), String> {
-    let found = find_host_netdev(host, rec, &orig.name, if wait { RETURN_WAIT } else { Duration::ZERO })?;
-    let Some(cur) = found else {
-        crate::warn!(
-            "VF {} ({}): its netdev is neither in {} nor on the host; nothing left to restore",
-            rec.pci,
-            orig.name,
-            rec.netns
-        );
-        return Ok(());
-    };
+/// Gives the VF's netdev on the host back its name (unless another device has taken it), MTU, up state and
+/// altnames; its MAC has been put back with the PF's settings.
+fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, cur: &Link) -> Result<(), String> {
     let mut attrs = Vec::new();
     if cur.name != orig.name {
-        attrs.push(LinkAttribute::IfName(orig.name.clone()));
+        match host.route.link_by_name(&orig.name) {
+            Ok(Some(other)) if other.index != cur.index => crate::warn!(
+                "VF {}: {} is taken by another device (ifindex {}); the VF stays {}",
+                rec.pci,
+                orig.name,
+                other.index,
+                cur.name
+            ),
+            _ => attrs.push(LinkAttribute::IfName(orig.name.clone())),
+        }
     }
     if let Some(mac) = orig.mac.filter(|m| Some(*m) != cur.mac) {
         attrs.push(LinkAttribute::Address(mac.0.to_vec()));
@@ -537,20 +731,21 @@ fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, wait: boo
     if cur.mtu != orig.mtu {
         attrs.push(LinkAttribute::Mtu(orig.mtu));
     }
-    let up = (cur.up != orig.up).then_some(orig.up);
+    let mut up = (cur.up != orig.up).then_some(orig.up);
     if !attrs.is_empty() || up.is_some() {
-        if cur.up && cur.name != orig.name {
+        if cur.up && attrs.iter().any(|a| matches!(a, LinkAttribute::IfName(_))) {
             // A running device cannot be renamed.
             host.route
                 .set_link(cur.index, vec![], Some(false))
                 .map_err(|e| format!("bringing {} down: {e}", cur.name))?;
+            up = Some(orig.up);
         }
         host.route.set_link(cur.index, attrs, up).map_err(|e| {
             format!(
-                "restoring VF {} as {} (MAC {:?}, MTU {}): {e}",
+                "restoring VF {} as {} (MAC {}, MTU {}): {e}",
                 rec.pci,
                 orig.name,
-                orig.mac.map(|m| m.to_string()),
+                orig.mac.map(|m| m.to_string()).unwrap_or_default(),
                 orig.mtu
             )
         })?;
@@ -575,11 +770,12 @@ pub fn del(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     };
     let mut host = Host::open()?;
     let netns = if env.netns.is_empty() { rec.netns.clone() } else { env.netns.clone() };
-    let errors = release(&mut host, conf, env, &rec, &netns, &Target::of_env(env));
+    let errors = release(&mut host, conf, env, &rec, &netns, &Target::of_env(env))?;
     finish(&host.store, &rec, errors)
 }
 
-/// Detach plus IPAM DEL, the part DEL and GC share.
+/// Detach plus IPAM DEL, the part DEL and GC share. Only a pod namespace whose path no longer exists is gone
+/// (the kernel has handed the VF back); one that cannot be opened fails DEL before anything is touched.
 pub fn release(
     host: &mut Host,
     conf: &NetConf,
@@ -587,16 +783,22 @@ pub fn release(
     rec: &Attachment,
     netns: &str,
     target: &Target,
-) -> Vec<String> {
+) -> Result<Vec<String>, CniError> {
     let mut pod = match Pod::open(netns) {
         Ok(p) => Some(p),
-        Err(e) => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !netns.is_empty() => {
             crate::info!(
                 "DEL {}/{}: pod namespace {netns} is gone ({e}); restoring from the host",
                 rec.container_id,
                 rec.ifname
             );
             None
+        }
+        Err(e) => {
+            return Err(CniError::io(format!(
+                "opening the pod namespace {netns:?} of VF {} ({}/{}): {e}; nothing changed, the record is kept",
+                rec.pci, rec.container_id, rec.ifname
+            )))
         }
     };
     let (mut errors, released) =
@@ -605,9 +807,14 @@ pub fn release(
             Err(e) => (detach(host, pod.as_mut(), rec, Undo::ALL), Err(e)),
         };
     if let Err(e) = released {
-        errors.push(e.to_string());
+        if rec.complete {
+            errors.push(e.to_string());
+        } else {
+            // An ADD that never finished may never have had an address: its IPAM DEL does not hold the VF.
+            crate::warn!("DEL {}/{}: IPAM DEL of an unfinished ADD: {e}", rec.container_id, rec.ifname);
+        }
     }
-    errors
+    Ok(errors)
 }
 
 /// Removes the record when everything was undone; otherwise keeps it for a retry and reports every error.

@@ -175,8 +175,8 @@ pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
             None => host.insert(Host::open()?),
         };
         let target = Target { container_id: &rec.container_id, ifname: &rec.ifname, netns: &rec.netns };
-        let errs = release(h, conf, env, &rec, &rec.netns, &target);
-        if let Err(e) = finish(&store, &rec, errs) {
+        let done = release(h, conf, env, &rec, &rec.netns, &target).and_then(|errs| finish(&store, &rec, errs));
+        if let Err(e) = done {
             errors.push(e.to_string());
         }
         drop(lock);

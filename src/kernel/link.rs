@@ -111,6 +111,20 @@ impl Socket<Route> {
         Ok(self.get_link(link_msg(index), vec![LinkExtentMask::SkipStats])?.as_ref().map(Link::from_msg))
     }
 
+    /// Every link of the socket's namespace.
+    pub fn links(&mut self) -> io::Result<Vec<Link>> {
+        let mut m = link_msg(0);
+        m.attributes.push(LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats]));
+        let replies = self.request(Rt::GetLink(m), Kind::Dump)?;
+        Ok(replies
+            .iter()
+            .filter_map(|r| match r {
+                Rt::NewLink(l) => Some(Link::from_msg(l)),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// The VF table of a PF as the kernel reports it (`RTEXT_FILTER_VF`); empty when it has none.
     pub fn vf_table(&mut self, pf_index: u32) -> io::Result<Vec<Vec<VfInfo>>> {
         let msg = self.get_link(link_msg(pf_index), vec![LinkExtentMask::Vf, LinkExtentMask::SkipStats])?;

@@ -173,23 +173,18 @@ pub trait PfControl {
     fn apply(&mut self, pf: &Pf, vf: u32, s: &VfSetting) -> io::Result<()>;
 }
 
-/// Applies `plan` in order. On a failure, undoes what was applied, in reverse, and names the setting.
+/// Applies `plan` in order and counts in `applied` what the PF took. The first refusal stops it and is named;
+/// undoing the ones before it is the caller's (DEL's) job, so a rollback and a DEL restore the same way.
 pub fn apply_all(
     ctl: &mut dyn PfControl,
     pf: &Pf,
     vf: u32,
     plan: &[VfSetting],
-    orig: &VfState,
+    applied: &mut usize,
 ) -> Result<(), CniError> {
-    for (i, s) in plan.iter().enumerate() {
-        if let Err(e) = ctl.apply(pf, vf, s) {
-            let mut err = CniError::io(format!("setting {s} on VF {vf} of PF {}: {e}", pf.name));
-            let undo = restore_all(ctl, pf, vf, &plan[..i], orig);
-            if !undo.is_empty() {
-                err = err.with_details(format!("and undoing the settings before it: {}", join(&undo)));
-            }
-            return Err(err);
-        }
+    for s in plan {
+        ctl.apply(pf, vf, s).map_err(|e| CniError::io(format!("setting {s} on VF {vf} of PF {}: {e}", pf.name)))?;
+        *applied += 1;
     }
     Ok(())
 }
@@ -358,7 +353,9 @@ mod tests {
     fn applies_in_order_and_restores_exactly() {
         let mut ctl = RecordingPf { state: orig(), ..Default::default() };
         let plan = planned(&cfg(), &orig());
-        apply_all(&mut ctl, &pf(), 1, &plan, &orig()).unwrap();
+        let mut n = 0;
+        apply_all(&mut ctl, &pf(), 1, &plan, &mut n).unwrap();
+        assert_eq!(n, plan.len());
         assert_eq!(ctl.log, plan);
         assert_eq!(ctl.state.vlan, 100);
         assert_eq!(ctl.state.max_tx_rate, 500);
@@ -367,16 +364,19 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_setting_is_named_and_the_ones_before_it_undone() {
+    fn a_refused_setting_is_named_and_the_ones_before_it_are_counted_for_the_undo() {
         let mut ctl = RecordingPf {
             state: orig(),
             refuse: Some(|s| matches!(s, VfSetting::LinkState(LinkState::Enable))),
             ..Default::default()
         };
         let plan = planned(&cfg(), &orig());
-        let err = apply_all(&mut ctl, &pf(), 1, &plan, &orig()).unwrap_err();
+        let mut n = 0;
+        let err = apply_all(&mut ctl, &pf(), 1, &plan, &mut n).unwrap_err();
         assert!(err.msg.contains("link_state enable"), "{}", err.msg);
         assert!(err.msg.contains("VF 1 of PF ens1f0"), "{}", err.msg);
+        assert_eq!(n, 4, "mac, vlan, spoofchk, trust were applied");
+        assert!(restore_all(&mut ctl, &pf(), 1, &plan[..n], &orig()).is_empty());
         assert_eq!(ctl.state, orig(), "everything applied before the refusal is undone");
         // mac, vlan, spoofchk, trust applied; then trust, spoofchk, vlan, mac restored.
         assert_eq!(ctl.log.len(), 8);
@@ -393,7 +393,7 @@ mod tests {
         let infos = plan[0].to_vf_info(3);
         assert!(matches!(infos[0], VfInfo::IbNodeGuid(g) if g.vf_id == 3 && g.guid == 0x0011_2233_4455_6677));
         assert!(matches!(infos[1], VfInfo::IbPortGuid(g) if g.vf_id == 3 && g.guid == 0x0011_2233_4455_6677));
-        apply_all(&mut ctl, &pf(), 3, &plan, &o).unwrap();
+        apply_all(&mut ctl, &pf(), 3, &plan, &mut 0).unwrap();
         assert_eq!(ctl.state.port_guid, Some(0x0011_2233_4455_6677));
         assert!(restore_all(&mut ctl, &pf(), 3, &plan, &o).is_empty());
         assert_eq!(ctl.state, o);
