@@ -472,12 +472,12 @@ fn move_back(host: &mut Host, pod: &mut Pod, rec: &Attachment, orig: &Link, l: &
     match pod.route.move_link(l.index, host.ns.fd(), &orig.name) {
         Ok(()) => Ok(orig.name.clone()),
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            crate::warn!("VF {}: its host name {} is taken by another device", rec.pci, orig.name);
+            // Some kernels move the device under its pod name before the rename fails.
+            if host.route.link_by_name(&l.name).ok().flatten().is_some_and(|h| is_ours(&h, rec)) {
+                return Ok(l.name.clone());
+            }
             let spare = spare_name(rec);
-            crate::warn!(
-                "VF {}: its host name {} is taken by another device; it comes back as {spare}",
-                rec.pci,
-                orig.name
-            );
             pod.route.move_link(l.index, host.ns.fd(), &spare).map_err(|e| err(&spare, e))?;
             Ok(spare)
         }
@@ -714,15 +714,21 @@ fn find_host_netdev(host: &mut Host, rec: &Attachment, name: &str, wait: Duratio
 fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, cur: &Link) -> Result<(), String> {
     let mut attrs = Vec::new();
     if cur.name != orig.name {
-        match host.route.link_by_name(&orig.name) {
-            Ok(Some(other)) if other.index != cur.index => crate::warn!(
-                "VF {}: {} is taken by another device (ifindex {}); the VF stays {}",
-                rec.pci,
-                orig.name,
-                other.index,
-                cur.name
-            ),
-            _ => attrs.push(LinkAttribute::IfName(orig.name.clone())),
+        let name = match host.route.link_by_name(&orig.name) {
+            Ok(Some(other)) if other.index != cur.index => {
+                let spare = spare_name(rec);
+                crate::warn!(
+                    "VF {}: {} is taken by another device (ifindex {}); the VF is named {spare}",
+                    rec.pci,
+                    orig.name,
+                    other.index
+                );
+                spare
+            }
+            _ => orig.name.clone(),
+        };
+        if name != cur.name {
+            attrs.push(LinkAttribute::IfName(name));
         }
     }
     if let Some(mac) = orig.mac.filter(|m| Some(*m) != cur.mac) {

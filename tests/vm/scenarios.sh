@@ -275,3 +275,82 @@ ip netns del pod8
 S1=$(echo '{"cniVersion":"1.1.0","name":"vmnet","type":"sriov-rdma","pfName":"'$PF'"}' | CNI_COMMAND=STATUS $PLUGIN 2>/dev/null); r1=$?
 S2=$(echo '{"cniVersion":"1.1.0","name":"vmnet","type":"sriov-rdma","pfName":"eth9"}' | CNI_COMMAND=STATUS $PLUGIN 2>/dev/null); r2=$?
 if [ $r1 = 0 ] && [ -z "$S1" ] && [ $r2 = 1 ] && echo "$S2" | grep -q '"code":50'; then pass status; else fail status "$r1 $S1 / $r2 $S2"; fi
+
+# Datapath and DEL restore, for every combination of mac, trust, spoofchk and vlan set or not, on one VF of PF 0
+# whose peer is a VF of PF 1 (the two NICs share a wire). Each ADD: the pod's net1 has carrier and reaches the
+# peer, the PF shows the settings. Each DEL: the PF's row for the VF and its netdev (name, MAC, MTU) are exactly
+# as before, and the next combination re-attaches the same VF, so each DEL is also proven to leave it usable.
+V1=$(VFN 1); P1=$(VFP 1)
+ip link set "$PF" vf 1 spoofchk off   # so that "spoofchk on" is a change igb really applies
+ROW_BEFORE=$(vfline 1); N1_BEFORE=$(ip -o link show "$V1" | cut -d' ' -f2-5; cat /sys/class/net/$V1/address)
+okm=1; peer_vlan=none
+for c in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+  X=""; want=""
+  [ $((c & 1)) = 1 ] && { X="$X,\"mac\":\"02:00:00:00:cc:0$((c % 10))\""; want="$want 02:00:00:00:cc:0$((c % 10))"; }
+  [ $((c & 2)) = 2 ] && { X="$X,\"trust\":\"on\""; want="$want trust_on"; }
+  [ $((c & 4)) = 4 ] && { X="$X,\"spoofchk\":\"on\""; want="$want spoof_checking_on"; }
+  vl=""; [ $((c & 8)) = 8 ] && { vl=100; X="$X,\"vlan\":100"; want="$want vlan_100"; }
+  if [ "$peer_vlan" != "${vl:-untagged}" ]; then
+    [ "$peer_vlan" != none ] && peer_down
+    peer_up $vl || { okm=0; echo "VMLOG combo $c: no peer"; }
+    peer_vlan=${vl:-untagged}
+  fi
+  CM='{"cniVersion":"1.0.0","name":"combo","type":"sriov-rdma","deviceID":"'$P1'","mtu":9000'$X',"ipam":{"type":"static","addresses":[{"address":"10.5.0.2/24"}]}}'
+  ip netns add podm
+  name="combo($(echo $want | tr ' ' '+'))"; [ -z "$want" ] && name="combo(none)"
+  why=""
+  if cni ADD cm$c /var/run/netns/podm net1 "$CM" >/dev/null; then
+    carrier podm net1 || why="$why no-carrier-in-pod"
+    reach podm 10.5.0.1 || why="$why peer-unreachable"
+    ROW=$(vfline 1 | tr ' ' '_')
+    for w in $want; do case "$ROW" in *"$w"*) ;; *) why="$why PF-row-lacks-$w" ;; esac; done
+    cni DEL cm$c /var/run/netns/podm net1 "$CM" || why="$why DEL: $(cat /tmp/err)"
+    # a DEL that failed is retried once, so one failure does not cascade into the next combinations
+    [ -e /var/lib/cni/sriov-rdma/$P1.json ] && { cat /var/lib/cni/sriov-rdma/$P1.json | tr '\n' ' ' | sed 's/^/VMLOG rec /'; echo; cni DEL cm$c /var/run/netns/podm net1 "$(echo "$CM" | sed 's/"mtu"/"logLevel":"debug","mtu"/')"; echo "VMLOG retry DEL: $(cat /tmp/err | tr '\n' ' ')"; }
+  else why="ADD: $(cat /tmp/err)"; fi
+  ip netns del podm
+  [ "$ROW_BEFORE" = "$(vfline 1)" ] || why="$why PF-row: $(vfline 1)"
+  [ "$N1_BEFORE" = "$(ip -o link show "$V1" | cut -d' ' -f2-5; cat /sys/class/net/$V1/address 2>/dev/null)" ] || why="$why netdev: $(ip -o link show "$V1" 2>&1 | cut -d' ' -f2-5)"
+  [ -e /var/lib/cni/sriov-rdma/$P1.json ] && why="$why record-left"
+  if [ -z "$why" ]; then pass "$name"; else fail "$name" "$why"; okm=0; fi
+done
+# After the last DEL the VF works on the host too: carrier when brought up.
+ip link set "$V1" up; carrier - "$V1" && pass vf-works-after-del || fail vf-works-after-del "$(ip -o link show "$V1")"
+ip link set "$V1" down
+peer_down
+
+# A device that took the VF's host name while the pod ran is never touched: the VF comes back as <pf>v<n>
+# with its own MAC and MTU, the other device keeps its own, and the record is removed.
+V2=$(VFN 2); P2=$(VFP 2)
+N2_BEFORE=$(ip -o link show "$V2" | cut -d' ' -f3-5; cat /sys/class/net/$V2/address)
+ip netns add podi
+CI='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'","mtu":9000}'
+if cni ADD ci /var/run/netns/podi net1 "$CI" >/dev/null; then
+  ip link add "$V2" mtu 1400 type veth peer name impostorp
+  IMP_BEFORE=$(ip -o link show "$V2" | cut -d' ' -f3-5; cat /sys/class/net/$V2/address)
+  cni DEL ci /var/run/netns/podi net1 "$CI" >/dev/null; rc=$?
+  NOW=$(ls /sys/bus/pci/devices/$P2/net 2>/dev/null)
+  IMP_AFTER=$(ip -o link show "$V2" | cut -d' ' -f3-5; cat /sys/class/net/$V2/address)
+  VF_AFTER=$(ip -o link show "$NOW" | cut -d' ' -f3-5; cat /sys/class/net/$NOW/address)
+  ip link del "$V2"; ip link set "$NOW" name "$V2"
+  if [ $rc = 0 ] && [ "$NOW" = "${PF}v2" ] && [ "$IMP_BEFORE" = "$IMP_AFTER" ] && [ "$VF_AFTER" = "$N2_BEFORE" ] \
+     && [ ! -e /var/lib/cni/sriov-rdma/$P2.json ] && grep -q "taken by another device" /tmp/err; then
+    pass del-name-taken-by-another-device
+  else fail del-name-taken-by-another-device "rc=$rc now=$NOW imp=$IMP_AFTER vf=$VF_AFTER $(cat /tmp/err)"; fi
+else fail del-name-taken-by-another-device "ADD: $(cat /tmp/err)"; fi
+ip netns del podi
+
+# A pod namespace that exists but cannot be used (a path that is not a netns) is not "gone": DEL fails with
+# code 5, changes nothing (the VF stays in the pod with its VLAN), keeps the record; a later DEL restores.
+ROW3=$(vfline 3)
+ip netns add podu
+CU='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P3'","vlan":33}'
+if cni ADD cu /var/run/netns/podu net1 "$CU" >/dev/null; then
+  R=$(cni DEL cu /vmlib.sh net1 "$CU"); rc=$?
+  if [ $rc != 0 ] && echo "$R" | grep -q '"code":5' && [ -e /var/lib/cni/sriov-rdma/$P3.json ] \
+     && ip -n podu link show net1 >/dev/null 2>&1 && vfline 3 | grep -q "vlan 33" \
+     && cni DEL cu /var/run/netns/podu net1 "$CU" && [ "$ROW3" = "$(vfline 3)" ]; then
+    pass del-unopenable-netns-changes-nothing
+  else fail del-unopenable-netns-changes-nothing "rc=$rc $R $(cat /tmp/err)"; fi
+else fail del-unopenable-netns-changes-nothing "ADD: $(cat /tmp/err)"; fi
+ip netns del podu
