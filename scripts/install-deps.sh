@@ -8,6 +8,10 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v podman >/dev/null || need+=(podman)
 [ -x /usr/sbin/runc ] || need+=(runc)
 [ -x /bin/busybox ] || need+=(busybox-static)
+# containerd's CRI for tests/cri.rs (it brings ctr and the runc shim), and protoc, which the k8s-cri
+# dev-dependency runs at build time to generate the CRI client.
+command -v containerd >/dev/null && command -v ctr >/dev/null || need+=(containerd)
+command -v protoc >/dev/null || need+=(protobuf-compiler)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install ${need[*]}" >&2
