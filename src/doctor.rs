@@ -20,8 +20,49 @@ pub struct Report {
     pub view: String,
     pub pfs: Vec<PfReport>,
     pub rdma: RdmaReport,
+    /// What NCCL needs to use each RDMA port bound to an interface of this view with an IPv4 RoCE v2 GID.
+    pub nccl: Vec<NcclSettings>,
     pub warnings: Vec<String>,
     pub blockers: Vec<String>,
+}
+
+/// `NCCL_IB_HCA=<dev>:<port>`, `NCCL_IB_GID_INDEX=<gid_index>`, `NCCL_SOCKET_IFNAME=<ifname>` for one interface.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct NcclSettings {
+    pub ifname: String,
+    pub address: std::net::Ipv4Addr,
+    pub hca: String,
+    pub gid_index: u32,
+}
+
+impl NcclSettings {
+    pub fn env(&self) -> String {
+        format!("NCCL_IB_HCA={} NCCL_IB_GID_INDEX={} NCCL_SOCKET_IFNAME={}", self.hca, self.gid_index, self.ifname)
+    }
+}
+
+/// For each port bound to a netdev: the first RoCE v2 GID holding an IPv4 address of that netdev.
+pub fn nccl_settings(devices: &[DeviceReport]) -> Vec<NcclSettings> {
+    let mut out = Vec::new();
+    for d in devices {
+        for p in &d.ports {
+            let Some(ifname) = &p.netdev else { continue };
+            let gid = p
+                .gids
+                .iter()
+                .filter(|g| g.kind.as_deref() == Some("RoCE v2") && g.ndev.as_deref().is_none_or(|n| n == ifname))
+                .find_map(|g| g.gid.to_ipv4_mapped().map(|a| (g.index, a)));
+            if let Some((gid_index, address)) = gid {
+                out.push(NcclSettings {
+                    ifname: ifname.clone(),
+                    address,
+                    hca: format!("{}:{}", d.name, p.port),
+                    gid_index,
+                });
+            }
+        }
+    }
+    out
 }
 
 #[derive(Debug, Serialize)]
@@ -162,7 +203,8 @@ pub fn report(netns: Option<&str>) -> Report {
             }
         },
     };
-    Report { view, pfs, rdma, warnings, blockers }
+    let nccl = nccl_settings(&rdma.devices);
+    Report { view, pfs, rdma, nccl, warnings, blockers }
 }
 
 fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>) -> Vec<PfReport> {
@@ -390,6 +432,12 @@ pub fn render(r: &Report) -> String {
             }
         }
     }
+    if !r.nccl.is_empty() {
+        let _ = writeln!(o, "\nNCCL settings ({} view; RoCE v2 GID of each interface's IPv4 address)", r.view);
+        for n in &r.nccl {
+            let _ = writeln!(o, "  {} ({}): {}", n.ifname, n.address, n.env());
+        }
+    }
     if !r.warnings.is_empty() {
         let _ = writeln!(o, "\nWarnings");
         for w in &r.warnings {
@@ -441,4 +489,58 @@ pub fn main(args: &[String]) -> i32 {
         print!("{}", render(&r));
     }
     i32::from(!r.blockers.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gid(index: u32, gid: &str, kind: &str, ndev: &str) -> Gid {
+        Gid { index, gid: gid.parse().unwrap(), kind: Some(kind.into()), ndev: Some(ndev.into()) }
+    }
+
+    fn port(netdev: Option<&str>, gids: Vec<Gid>) -> PortReport {
+        PortReport {
+            port: 1,
+            state: "ACTIVE".into(),
+            phys_state: "LINK_UP".into(),
+            link_layer: Some("Ethernet".into()),
+            netdev: netdev.map(str::to_string),
+            gids,
+        }
+    }
+
+    #[test]
+    fn nccl_settings_take_the_roce_v2_gid_of_the_interface_ipv4_address() {
+        let devices = vec![
+            DeviceReport {
+                name: "mlx5_3".into(),
+                index: 3,
+                node_type: "CA".into(),
+                protocol: None,
+                ports: vec![port(
+                    Some("net1"),
+                    vec![
+                        gid(0, "fe80::1", "RoCE v2", "net1"),
+                        gid(1, "fe80::1", "IB/RoCE v1", "net1"),
+                        gid(2, "::ffff:10.1.0.2", "IB/RoCE v1", "net1"),
+                        gid(3, "::ffff:10.1.0.2", "RoCE v2", "net1"),
+                    ],
+                )],
+            },
+            // Another pod's device in shared mode: no netdev in this view, so no settings.
+            DeviceReport {
+                name: "rxe9".into(),
+                index: 9,
+                node_type: "CA".into(),
+                protocol: None,
+                ports: vec![port(None, vec![gid(1, "::ffff:10.1.0.9", "RoCE v2", "net1")])],
+            },
+        ];
+        let n = nccl_settings(&devices);
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].env(), "NCCL_IB_HCA=mlx5_3:1 NCCL_IB_GID_INDEX=3 NCCL_SOCKET_IFNAME=net1");
+        assert_eq!(n[0].address.to_string(), "10.1.0.2");
+        assert!(nccl_settings(&[]).is_empty());
+    }
 }

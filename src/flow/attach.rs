@@ -370,7 +370,13 @@ fn roce_gids(
         }
     };
     for g in &found {
-        crate::info!("RoCE v2 GID index {} for {} on {dev} (NCCL_IB_GID_INDEX={})", g.index, g.address, g.index);
+        crate::info!(
+            "RoCE v2 GID index {} for {} on {dev} (NCCL_IB_HCA={dev}:1 NCCL_IB_GID_INDEX={} NCCL_SOCKET_IFNAME={})",
+            g.index,
+            g.address,
+            g.index,
+            env.ifname
+        );
     }
     rdma::gid_verdict(conf.rdma, &ips, &found, dev, &env.netns)?;
     Ok(found)

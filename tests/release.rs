@@ -1,0 +1,137 @@
+//! DEL and rollback on the paths a hostile world takes: a netns path that cannot be used, an interface name the
+//! kernel would take as a pattern, an IPAM config that fails both ADD and DEL, a device that took the VF's host
+//! name. Real namespaces, veth ends standing in for VF netdevs (tests/common), the real plugin binary.
+mod common;
+#[path = "cri/require.rs"]
+mod require;
+
+use common::*;
+
+fn can_run(what: &str) -> bool {
+    require::required(what, &["/usr/lib/cni/static", "/usr/lib/cni/host-local"])
+}
+
+#[test]
+fn del_with_a_netns_path_that_is_not_a_netns_fails_and_changes_nothing() {
+    if !can_run("del_with_a_netns_path_that_is_not_a_netns_fails_and_changes_nothing") {
+        return;
+    }
+    let mut bed = Bed::new("rnn", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let conf = conf_dev("1.0.0", &pci, &format!(r#","mtu":4000{}"#, static_ipam("10.77.0.5/24")));
+    bed.run("ADD", "c1", &ns, "net1", &conf).ok();
+    let dir = bed.dir.join("not-a-netns");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A regular file and a directory: both open, neither is a network namespace.
+    for bad in ["/etc/passwd", dir.to_str().unwrap()] {
+        let mut env = bed.env("DEL", "c1", &ns, "net1");
+        env.insert("CNI_NETNS".into(), bad.to_string());
+        let r = bed.run_env(&env, &conf);
+        assert!(!r.ok, "DEL with CNI_NETNS={bad} must fail: {}", r.stderr);
+        assert_eq!(r.code(), 5, "{}", r.stdout);
+        assert!(r.msg().contains(bad) && r.msg().contains("record is kept"), "{}", r.msg());
+        assert_eq!(bed.records().len(), 1, "the record is kept");
+        assert!(link(Some(&ns), "net1").is_some(), "the VF stays in the live pod");
+        assert_eq!(addrs(&ns, "net1"), vec!["10.77.0.5/24".to_string()], "its address is untouched");
+        assert!(link(None, &vf).is_none(), "nothing was restored under the live pod");
+        assert!(!r.stderr.contains("is gone"), "{}", r.stderr);
+    }
+    bed.run("DEL", "c1", &ns, "net1", &conf).ok();
+    assert_eq!(identity(None, &vf), Some(before));
+    assert!(bed.records().is_empty());
+}
+
+#[test]
+fn an_ifname_the_kernel_would_take_as_a_pattern_is_refused_before_anything() {
+    if !can_run("an_ifname_the_kernel_would_take_as_a_pattern_is_refused_before_anything") {
+        return;
+    }
+    let mut bed = Bed::new("rpc", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let conf = conf_dev("1.0.0", &pci, "");
+    for name in ["net%d", "%s"] {
+        let r = bed.run("ADD", "c1", &ns, name, &conf);
+        assert!(!r.ok);
+        assert_eq!(r.code(), 4, "{}", r.stdout);
+        assert!(r.msg().contains("CNI_IFNAME") && r.msg().contains('%'), "{}", r.msg());
+        assert_eq!(identity(None, &vf), Some(before.clone()), "the VF never left the host");
+        assert!(bed.records().is_empty());
+    }
+}
+
+#[test]
+fn an_ipam_config_that_fails_add_and_del_does_not_strand_the_vf() {
+    if !can_run("an_ipam_config_that_fails_add_and_del_does_not_strand_the_vf") {
+        return;
+    }
+    let mut bed = Bed::new("rip", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let data = bed.dir.join("ipam");
+    let bad = conf_dev(
+        "1.0.0",
+        &pci,
+        &format!(r#","ipam":{{"type":"host-local","subnet":"10.300.0.0/16","dataDir":"{}"}}"#, data.display()),
+    );
+    let r = bed.run("ADD", "c1", &ns, "net1", &bad);
+    assert!(!r.ok);
+    assert!(r.msg().contains("IPAM"), "{}", r.msg());
+    assert!(bed.records().is_empty(), "no record holds the VF: {:?}", bed.records());
+    assert_eq!(identity(None, &vf), Some(before.clone()));
+    // The runtime's DEL of the failed ADD succeeds or fails, but never leaves anything behind either.
+    let _ = bed.run("DEL", "c1", &ns, "net1", &bad);
+    assert!(bed.records().is_empty());
+    // The VF is free: the next pod gets it.
+    let good = conf_dev("1.0.0", &pci, &static_ipam("10.77.0.6/24"));
+    bed.run("ADD", "c2", &ns, "net1", &good).ok();
+    bed.run("DEL", "c2", &ns, "net1", &good).ok();
+    assert_eq!(identity(None, &vf), Some(before));
+}
+
+#[test]
+fn del_never_touches_a_device_that_took_the_vf_host_name() {
+    if !can_run("del_never_touches_a_device_that_took_the_vf_host_name") {
+        return;
+    }
+    let mut bed = Bed::new("rtk", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let conf = conf_dev("1.0.0", &pci, r#","mtu":4100"#);
+    bed.run("ADD", "c1", &ns, "net1", &conf).ok();
+    // Another device takes the VF's host name while the pod runs.
+    must(&[
+        "ip",
+        "link",
+        "add",
+        &vf,
+        "mtu",
+        "1400",
+        "address",
+        "02:aa:00:00:00:07",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "rtkimp",
+    ]);
+    let impostor = identity(None, &vf).unwrap();
+    let r = bed.run("DEL", "c1", &ns, "net1", &conf);
+    let impostor_after = identity(None, &vf);
+    let _ = sh(&["ip", "link", "del", &vf]);
+    r.ok();
+    assert!(r.stderr.contains("taken by another device"), "a clear warning: {}", r.stderr);
+    assert_eq!(impostor_after, Some(impostor), "the other device keeps its name, MAC, MTU, state");
+    let spare = format!("{}v0", bed.pf);
+    let back = identity(None, &spare).unwrap_or_else(|| panic!("the VF is back as {spare}: {}", r.stderr));
+    assert_eq!((back.1, back.2, back.3), (before.1.clone(), before.2, before.3), "the VF's own MAC, MTU, up state");
+    assert!(link(Some(&ns), "net1").is_none());
+    assert!(bed.records().is_empty());
+    // Give the stand-in its name back so the bed's cleanup finds it.
+    must(&["ip", "link", "set", &spare, "name", &vf]);
+}
