@@ -186,7 +186,8 @@ pub fn report(netns: Option<&str>) -> Report {
             }
             if !a.netns.is_empty() && !std::path::Path::new(&a.netns).exists() {
                 warnings.push(format!(
-                    "VF {} is recorded for {}/{} but {} is gone: the runtime's DEL or GC will release it",
+                    "VF {} is recorded for {}/{} but {} is gone: an orphan; `sriov-rdma gc` reclaims it (so does the \
+                     next ADD that wants it)",
                     a.pci, a.container_id, a.ifname, a.netns
                 ));
             }

@@ -2,6 +2,7 @@ use std::io::{Read, Write};
 
 const USAGE: &str = "sriov-rdma: a CNI plugin (run by a container runtime with CNI_COMMAND set).\n\
 usage: sriov-rdma doctor [--json] [--netns PATH]   readiness report of this host (or a pod's view)\n\
+       sriov-rdma gc [--dry-run] [--json]        reclaim VFs whose pod namespace is gone without a DEL\n\
        sriov-rdma --version\n";
 
 fn main() {
@@ -9,6 +10,9 @@ fn main() {
         let args: Vec<String> = std::env::args().skip(1).collect();
         if args.first().map(String::as_str) == Some("doctor") {
             std::process::exit(sriov_rdma_cni::doctor::main(&args[1..]));
+        }
+        if args.first().map(String::as_str) == Some("gc") {
+            std::process::exit(sriov_rdma_cni::flow::orphans::main(&args[1..]));
         }
         let arg = args.first().cloned();
         if matches!(arg.as_deref(), Some("--version") | Some("version")) {

@@ -11,7 +11,7 @@ use crate::cni::config::{NetConf, RdmaPolicy, VfSource};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::result::{AttachResult, Interface};
-use crate::cni::types::Mac;
+use crate::cni::types::{Mac, PciAddr};
 use crate::kernel::link::{Link, RouteSocket};
 use crate::kernel::netlink::Route;
 use crate::kernel::netns::Netns;
@@ -84,7 +84,10 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
             let vf = host.sysfs.vf(pci)?;
             let lock = host.store.lock(pci)?;
             if let Some(a) = host.store.load(pci)? {
-                return Err(attached_err(&a));
+                if !is_orphan(&a) {
+                    return Err(attached_err(&a));
+                }
+                return Ok((vf_after_reclaim(host, pci, &a)?, lock));
             }
             Ok((vf, lock))
         }
@@ -95,10 +98,20 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
                 let Some(lock) = host.store.try_lock(pci)? else {
                     continue;
                 };
-                if host.store.load(pci)?.is_some() {
-                    continue;
-                }
-                let Ok(vf) = host.sysfs.vf(pci) else { continue };
+                let vf = match host.store.load(pci)? {
+                    None => match host.sysfs.vf(pci) {
+                        Ok(vf) => vf,
+                        Err(_) => continue,
+                    },
+                    Some(a) if is_orphan(&a) => match vf_after_reclaim(host, pci, &a) {
+                        Ok(vf) => vf,
+                        Err(e) => {
+                            crate::warn!("{e}");
+                            continue;
+                        }
+                    },
+                    Some(_) => continue,
+                };
                 let Some(netdev) = &vf.netdev else { continue };
                 if host.route.link_by_name(netdev).ctx(|| format!("looking up {netdev}"))?.is_some() {
                     return Ok((vf, lock));
@@ -110,6 +123,52 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
             )))
         }
     }
+}
+
+/// A record whose pod namespace path no longer exists: the kernel has handed the VF back and no DEL came (node
+/// crash, runtime bug, `ip netns del`). A path that exists but cannot be opened never makes an orphan.
+pub fn is_orphan(rec: &Attachment) -> bool {
+    !rec.netns.is_empty()
+        && matches!(std::fs::symlink_metadata(&rec.netns), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// The VF as sysfs shows it after a reclaim, with the netdev name the reclaim left it under.
+fn vf_after_reclaim(host: &mut Host, pci: &PciAddr, a: &Attachment) -> CniResult<Vf> {
+    let name = reclaim(host, a)?;
+    let mut vf = host.sysfs.vf(pci)?;
+    if name.is_some() {
+        vf.netdev = name;
+    }
+    Ok(vf)
+}
+
+/// Undoes an orphan's record exactly as its DEL would have, with the configuration and CNI_PATH its ADD ran
+/// with (for IPAM DEL). The caller holds the VF's lock. Returns the VF netdev's host name.
+pub fn reclaim(host: &mut Host, rec: &Attachment) -> CniResult<Option<String>> {
+    crate::warn!(
+        "VF {}: reclaiming it from {}/{} (network {}), whose namespace {} is gone without a DEL",
+        rec.pci,
+        rec.container_id,
+        rec.ifname,
+        rec.network,
+        rec.netns
+    );
+    let raw = rec.ipam_config.clone().unwrap_or_else(|| {
+        serde_json::json!({"cniVersion": "1.0.0", "name": rec.network, "type": "sriov-rdma"}).to_string()
+    });
+    let context = || format!("reclaiming orphaned VF {} of {}/{}", rec.pci, rec.container_id, rec.ifname);
+    let conf = NetConf::parse(raw.as_bytes(), &Default::default()).map_err(|e| e.context(context()))?;
+    let env = CniEnv {
+        command: crate::cni::env::Command::Del,
+        container_id: rec.container_id.clone(),
+        netns: rec.netns.clone(),
+        ifname: rec.ifname.clone(),
+        args: Default::default(),
+        path: rec.cni_path.clone(),
+    };
+    let done = release(host, &conf, &env, rec, &rec.netns, &Target::of_env(&env)).map_err(|e| e.context(context()))?;
+    finish(&host.store, rec, done.errors).map_err(|e| e.context(context()))?;
+    Ok(done.host_netdev)
 }
 
 pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
@@ -170,6 +229,8 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
         complete: false,
         rdma,
         device_info: None,
+        ipam_config: conf.ipam.as_ref().map(|_| String::from_utf8_lossy(&conf.raw).into_owned()),
+        cni_path: env.path.clone(),
     };
     host.store.save(&rec)?;
     crate::info!(
@@ -192,7 +253,7 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
         Err(e) => {
             crate::warn!("ADD {}/{} failed, rolling back: {e}", rec.container_id, rec.ifname);
             let undo = Undo { netdev_moved: progress.moved, settings: progress.settings, rdma_moved: progress.rdma };
-            let mut undo = detach(&mut host, Some(&mut pod), &rec, undo);
+            let mut undo = detach(&mut host, Some(&mut pod), &rec, undo).errors;
             if progress.ipam_started {
                 if let Err(del) = ipam::exec(conf, env, "DEL", &Target::of_env(env)) {
                     // An IPAM ADD that failed allocated nothing to hold the VF for.
@@ -491,9 +552,15 @@ fn move_back(host: &mut Host, pod: &mut Pod, rec: &Attachment, orig: &Link, l: &
     }
 }
 
-/// Undoes an attachment: netdev back to the host, the MACs, the PF settings, host-side name/MTU/up. Keeps going
-/// past errors and returns them.
-pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Undo) -> Vec<String> {
+/// What an undo left: every error (it keeps going past them) and the VF netdev's name on the host at the end.
+#[derive(Debug, Default)]
+pub struct Detached {
+    pub errors: Vec<String>,
+    pub host_netdev: Option<String>,
+}
+
+/// Undoes an attachment: netdev back to the host, the MACs, the PF settings, host-side name/MTU/up.
+pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Undo) -> Detached {
     let mut errors = Vec::new();
     let pod_alive = pod.is_some();
     let mut host_name = rec.netdev.as_ref().map(|n| n.name.clone());
@@ -565,13 +632,13 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
             Err(e) => errors.push(format!("rebinding VF {} to mlx5_core to restore its GUID: {e}", rec.pci)),
         }
     }
+    let mut host_netdev = None;
     if let Some(orig) = &rec.netdev {
         match cur {
-            Some(cur) => {
-                if let Err(e) = restore_host_netdev(host, rec, orig, &cur) {
-                    errors.push(e);
-                }
-            }
+            Some(cur) => match restore_host_netdev(host, rec, orig, &cur) {
+                Ok(name) => host_netdev = Some(name),
+                Err(e) => errors.push(e),
+            },
             None => crate::warn!(
                 "VF {} ({}): its netdev is neither in {} nor on the host; nothing left to restore",
                 rec.pci,
@@ -580,7 +647,7 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
             ),
         }
     }
-    errors
+    Detached { errors, host_netdev }
 }
 
 /// The MAC the netdev had before ADD, set on the host. With `always`, sent even when it has it already: the VF
@@ -716,9 +783,10 @@ fn find_host_netdev(host: &mut Host, rec: &Attachment, name: &str, wait: Duratio
 }
 
 /// Gives the VF's netdev on the host back its name (unless another device has taken it), MTU, up state and
-/// altnames; its MAC has been put back with the PF's settings.
-fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, cur: &Link) -> Result<(), String> {
+/// altnames; its MAC has been put back with the PF's settings. Returns the name it has.
+fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, cur: &Link) -> Result<String, String> {
     let mut attrs = Vec::new();
+    let mut final_name = cur.name.clone();
     if cur.name != orig.name {
         let name = match host.route.link_by_name(&orig.name) {
             Ok(Some(other)) if other.index != cur.index => {
@@ -734,6 +802,7 @@ fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, cur: &Lin
             _ => orig.name.clone(),
         };
         if name != cur.name {
+            final_name = name.clone();
             attrs.push(LinkAttribute::IfName(name));
         }
     }
@@ -765,8 +834,8 @@ fn restore_host_netdev(host: &mut Host, rec: &Attachment, orig: &Link, cur: &Lin
     for alt in orig.altnames.iter().filter(|a| !cur.altnames.contains(a)) {
         host.route.add_altname(cur.index, alt).map_err(|e| format!("restoring altname {alt} of {}: {e}", orig.name))?;
     }
-    crate::debug!("VF {} restored on the host as {}", rec.pci, orig.name);
-    Ok(())
+    crate::debug!("VF {} restored on the host as {final_name}", rec.pci);
+    Ok(final_name)
 }
 
 pub fn del(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
@@ -782,8 +851,8 @@ pub fn del(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     };
     let mut host = Host::open()?;
     let netns = if env.netns.is_empty() { rec.netns.clone() } else { env.netns.clone() };
-    let errors = release(&mut host, conf, env, &rec, &netns, &Target::of_env(env))?;
-    finish(&host.store, &rec, errors)
+    let done = release(&mut host, conf, env, &rec, &netns, &Target::of_env(env))?;
+    finish(&host.store, &rec, done.errors)
 }
 
 /// Detach plus IPAM DEL, the part DEL and GC share. Only a pod namespace whose path no longer exists is gone
@@ -795,7 +864,7 @@ pub fn release(
     rec: &Attachment,
     netns: &str,
     target: &Target,
-) -> Result<Vec<String>, CniError> {
+) -> Result<Detached, CniError> {
     let mut pod = match Pod::open(netns) {
         Ok(p) => Some(p),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !netns.is_empty() => {
@@ -813,20 +882,20 @@ pub fn release(
             )))
         }
     };
-    let (mut errors, released) =
+    let (mut done, released) =
         match ipam::around(conf, env, "DEL", target, || detach(host, pod.as_mut(), rec, Undo::ALL)) {
             Ok(done) => done,
             Err(e) => (detach(host, pod.as_mut(), rec, Undo::ALL), Err(e)),
         };
     if let Err(e) = released {
         if rec.complete {
-            errors.push(e.to_string());
+            done.errors.push(e.to_string());
         } else {
             // An ADD that never finished may never have had an address: its IPAM DEL does not hold the VF.
             crate::warn!("DEL {}/{}: IPAM DEL of an unfinished ADD: {e}", rec.container_id, rec.ifname);
         }
     }
-    Ok(errors)
+    Ok(done)
 }
 
 /// Removes the record when everything was undone; otherwise keeps it for a retry and reports every error.

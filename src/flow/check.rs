@@ -174,8 +174,9 @@ pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
             Some(h) => h,
             None => host.insert(Host::open()?),
         };
-        let target = Target { container_id: &rec.container_id, ifname: &rec.ifname, netns: &rec.netns };
-        let done = release(h, conf, env, &rec, &rec.netns, &target).and_then(|errs| finish(&store, &rec, errs));
+        let target =
+            Target { container_id: &rec.container_id, ifname: &rec.ifname, netns: &rec.netns, path: &env.path };
+        let done = release(h, conf, env, &rec, &rec.netns, &target).and_then(|d| finish(&store, &rec, d.errors));
         if let Err(e) = done {
             errors.push(e.to_string());
         }

@@ -13,11 +13,13 @@ pub struct Target<'a> {
     pub container_id: &'a str,
     pub ifname: &'a str,
     pub netns: &'a str,
+    /// CNI_PATH for the IPAM plugin (a reclaim outside any runtime has none in its own environment).
+    pub path: &'a [PathBuf],
 }
 
 impl<'a> Target<'a> {
     pub fn of_env(env: &'a CniEnv) -> Target<'a> {
-        Target { container_id: &env.container_id, ifname: &env.ifname, netns: &env.netns }
+        Target { container_id: &env.container_id, ifname: &env.ifname, netns: &env.netns, path: &env.path }
     }
 }
 
@@ -59,7 +61,8 @@ pub fn spawn<'a>(
     };
     let plugin = find(env, &ipam.kind)?;
     let child = start(&plugin, &ipam.kind, &conf.raw, command, target)?;
-    let target = Target { container_id: target.container_id, ifname: target.ifname, netns: target.netns };
+    let target =
+        Target { container_id: target.container_id, ifname: target.ifname, netns: target.netns, path: target.path };
     Ok(Some(Pending { child, plugin, conf, command, target }))
 }
 
@@ -129,7 +132,11 @@ fn exec_raw(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Targe
 
 fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) -> CniResult<Child> {
     crate::debug!("IPAM {kind} {command} for {}/{}", target.container_id, target.ifname);
-    let mut child = Command::new(plugin)
+    let mut cmd = Command::new(plugin);
+    if !target.path.is_empty() {
+        cmd.env("CNI_PATH", std::env::join_paths(target.path).unwrap_or_default());
+    }
+    let mut child = cmd
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", target.container_id)
         .env("CNI_IFNAME", target.ifname)

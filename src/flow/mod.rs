@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod check;
 pub mod ipam;
+pub mod orphans;
 pub mod rdma;
 pub mod state;
 

@@ -45,6 +45,12 @@ pub struct Attachment {
     /// The device-info file this attachment wrote (removed by DEL).
     #[serde(default)]
     pub device_info: Option<PathBuf>,
+    /// The network configuration ADD ran with, when it has IPAM: what an orphan's reclaim hands IPAM DEL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam_config: Option<String>,
+    /// CNI_PATH of the ADD, where the IPAM plugin was found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cni_path: Vec<PathBuf>,
 }
 
 pub struct Store {
