@@ -8,10 +8,12 @@ all: release
 build:
 	$(CARGO) build
 
+# Static executables (glibc linked in, see .cargo/config.toml): they start on any node.
 release:
 	$(CARGO) build --release
 
-# Installs what the tests need (Debian): iproute2 and the reference IPAM plugins.
+# Installs what the build and the tests need (Debian): iproute2, the reference IPAM plugins, podman, runc,
+# busybox, glibc's static libraries.
 deps:
 	./scripts/install-deps.sh
 
