@@ -49,9 +49,10 @@ lint:
 bench: deps release
 	./target/release/cni-bench $(or $(N),30)
 
+# Atomic (temp file + rename), so a node running ADDs never executes a half-written binary.
 install: release
 	install -d $(DESTDIR)$(PREFIX)
-	install -m 0755 target/release/sriov-rdma $(DESTDIR)$(PREFIX)/sriov-rdma
+	./target/release/sriov-rdma install --cni-bin-dir $(DESTDIR)$(PREFIX)
 
 clean:
 	$(CARGO) clean
