@@ -1,7 +1,10 @@
 PREFIX ?= /opt/cni/bin
 CARGO ?= cargo
+PODMAN ?= podman
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE ?= localhost/sriov-rdma
 
-.PHONY: all build release test unit e2e lint bench bench-vm install demo demo-host deps clean
+.PHONY: all build release image test unit e2e lint bench bench-vm install demo demo-host deps clean
 
 all: release
 
@@ -12,6 +15,10 @@ build:
 release:
 	$(CARGO) build --release
 
+# The installer image (FROM scratch: the static binary, entrypoint `sriov-rdma install`), built offline.
+image: deps release
+	$(PODMAN) build -f Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
+
 # Installs what the build and the tests need (Debian): iproute2, the reference IPAM plugins, podman, runc,
 # busybox, glibc's static libraries.
 deps:
@@ -20,7 +27,8 @@ deps:
 # The test command: lint, unit and real-netns integration tests, then the emulated SR-IOV machine (root).
 test: unit e2e
 
-unit: deps
+# tests/install.rs checks the release binary and the image built from it: build it first.
+unit: deps release
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) test --all-targets -- --test-threads=4
