@@ -1,24 +1,34 @@
 PREFIX ?= /opt/cni/bin
 CARGO ?= cargo
+PODMAN ?= podman
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+IMAGE ?= localhost/sriov-rdma
 
-.PHONY: all build release test unit e2e lint bench bench-vm install demo demo-host deps clean
+.PHONY: all build release image test unit e2e lint bench bench-vm install demo demo-host deps clean
 
 all: release
 
 build:
 	$(CARGO) build
 
+# Static executables (glibc linked in, see .cargo/config.toml): they start on any node.
 release:
 	$(CARGO) build --release
 
-# Installs what the tests need (Debian): iproute2 and the reference IPAM plugins.
+# The installer image (FROM scratch: the static binary, entrypoint `sriov-rdma install`), built offline.
+image: deps release
+	$(PODMAN) build -f Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
+
+# Installs what the build and the tests need (Debian): iproute2, the reference IPAM plugins, podman, runc,
+# busybox, glibc's static libraries.
 deps:
 	./scripts/install-deps.sh
 
 # The test command: lint, unit and real-netns integration tests, then the emulated SR-IOV machine (root).
 test: unit e2e
 
-unit: deps
+# tests/install.rs checks the release binary and the image built from it: build it first.
+unit: deps release
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) test --all-targets -- --test-threads=4
@@ -47,9 +57,10 @@ lint:
 bench: deps release
 	./target/release/cni-bench $(or $(N),30)
 
+# Atomic (temp file + rename), so a node running ADDs never executes a half-written binary.
 install: release
 	install -d $(DESTDIR)$(PREFIX)
-	install -m 0755 target/release/sriov-rdma $(DESTDIR)$(PREFIX)/sriov-rdma
+	./target/release/sriov-rdma install --cni-bin-dir $(DESTDIR)$(PREFIX)
 
 clean:
 	$(CARGO) clean

@@ -4,7 +4,7 @@ set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 [ -x /usr/lib/cni/static ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/host-device ] || need+=(containernetworking-plugins)
-# A real container runtime for tests/podman.rs, and busybox for its image.
+# A real container runtime for tests/podman.rs and tests/install.rs (and `make image`), busybox for an image.
 command -v podman >/dev/null || need+=(podman)
 [ -x /usr/sbin/runc ] || need+=(runc)
 [ -x /bin/busybox ] || need+=(busybox-static)
@@ -12,6 +12,8 @@ command -v podman >/dev/null || need+=(podman)
 # dev-dependency runs at build time to generate the CRI client.
 command -v containerd >/dev/null && command -v ctr >/dev/null || need+=(containerd)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
+# The release binaries link glibc statically (.cargo/config.toml): its static libraries.
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install ${need[*]}" >&2

@@ -7,4 +7,5 @@ pub mod log;
 pub mod cni;
 pub mod doctor;
 pub mod flow;
+pub mod install;
 pub mod kernel;

@@ -3,25 +3,22 @@ use std::io::{Read, Write};
 const USAGE: &str = "sriov-rdma: a CNI plugin (run by a container runtime with CNI_COMMAND set).\n\
 usage: sriov-rdma doctor [--json] [--netns PATH]   readiness report of this host (or a pod's view)\n\
        sriov-rdma gc [--dry-run] [--json]        reclaim VFs whose pod namespace is gone without a DEL\n\
+       sriov-rdma install [--cni-bin-dir DIR] [--conflist FILE [--cni-conf-dir DIR]] [--sleep]\n\
+                                                   copy this binary into the node's CNI bin dir (installer image)\n\
        sriov-rdma --version\n";
 
 fn main() {
     if std::env::var_os("CNI_COMMAND").is_none() {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        if args.first().map(String::as_str) == Some("doctor") {
-            std::process::exit(sriov_rdma_cni::doctor::main(&args[1..]));
-        }
-        if args.first().map(String::as_str) == Some("gc") {
-            std::process::exit(sriov_rdma_cni::flow::orphans::main(&args[1..]));
-        }
-        let arg = args.first().cloned();
-        if matches!(arg.as_deref(), Some("--version") | Some("version")) {
-            eprintln!(
-                "sriov-rdma {} (CNI {})",
-                env!("CARGO_PKG_VERSION"),
-                sriov_rdma_cni::cni::config::SUPPORTED_VERSIONS.join(", ")
-            );
-            return;
+        match args.first().map(String::as_str) {
+            Some("doctor") => std::process::exit(sriov_rdma_cni::doctor::main(&args[1..])),
+            Some("gc") => std::process::exit(sriov_rdma_cni::flow::orphans::main(&args[1..])),
+            Some("install") => std::process::exit(sriov_rdma_cni::install::main(&args[1..])),
+            Some("--version") | Some("version") => {
+                eprintln!("{}", sriov_rdma_cni::install::version_line());
+                return;
+            }
+            _ => {}
         }
         eprint!("{USAGE}");
         std::process::exit(1);

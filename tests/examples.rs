@@ -1,8 +1,10 @@
-//! Every shipped example and conf file parses, and its CNI config passes the plugin's own loader.
+//! Every shipped example, conf file and deploy/ manifest parses, has the fields its kind needs, and its CNI
+//! config passes the plugin's own loader; the manifests refer to each other consistently.
 
 use serde::Deserialize;
 use serde_json::Value;
 use sriov_rdma_cni::cni::config::{NetConf, VfSource};
+use sriov_rdma_cni::install::check_netconf;
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -22,72 +24,205 @@ fn load(raw: &str, what: &Path) -> NetConf {
     NetConf::parse(raw.as_bytes(), &HashMap::new()).unwrap_or_else(|e| panic!("{}: {e}", what.display()))
 }
 
-#[test]
-fn every_example_and_conf_is_valid() {
+/// What the files of some directories define, for the checks across files.
+#[derive(Default)]
+struct Seen {
+    /// NAD name → the device plugin resource it names.
+    nads: HashMap<String, String>,
+    /// (network a pod asks for, a resource it requests).
+    pods: Vec<(String, String)>,
+    /// Device plugin pool `prefix/name` → `isRdma`.
+    pools: HashMap<String, bool>,
+    /// The DaemonSets.
+    daemonsets: Vec<Value>,
+    checked: usize,
+}
+
+fn api_version(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "NetworkAttachmentDefinition" => "k8s.cni.cncf.io/v1",
+        "Pod" | "ConfigMap" => "v1",
+        "DaemonSet" => "apps/v1",
+        _ => return None,
+    })
+}
+
+/// A DNS-1123 subdomain, as Kubernetes wants object names.
+fn dns_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+}
+
+fn str_of<'a>(v: &'a Value, what: &str, p: &Path) -> &'a str {
+    v.as_str().unwrap_or_else(|| panic!("{}: {what} must be a string, is {v}", p.display()))
+}
+
+fn containers(spec: &Value, p: &Path) -> Vec<Value> {
+    let cs = spec["containers"].as_array().unwrap_or_else(|| panic!("{}: spec.containers", p.display()));
+    assert!(!cs.is_empty(), "{}: no containers", p.display());
+    for c in cs.iter().chain(spec["initContainers"].as_array().into_iter().flatten()) {
+        assert!(dns_name(str_of(&c["name"], "container name", p)), "{}: container name", p.display());
+        assert!(!str_of(&c["image"], "container image", p).is_empty(), "{}: container image", p.display());
+    }
+    cs.clone()
+}
+
+fn check_doc(v: &Value, p: &Path, seen: &mut Seen) {
+    let kind = str_of(&v["kind"], "kind", p);
+    let api = api_version(kind).unwrap_or_else(|| panic!("{}: unexpected kind {kind}", p.display()));
+    assert_eq!(v["apiVersion"], api, "{}: apiVersion of a {kind}", p.display());
+    let name = str_of(&v["metadata"]["name"], "metadata.name", p);
+    assert!(dns_name(name), "{}: metadata.name {name:?}", p.display());
+    match kind {
+        "NetworkAttachmentDefinition" => {
+            let res = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
+                .as_str()
+                .expect("the NAD names the device plugin resource");
+            let cfg = v["spec"]["config"].as_str().expect("spec.config");
+            let c = load(cfg, p);
+            assert_eq!(c.name, name, "{}: the CNI network name is the NAD's name", p.display());
+            assert_eq!(c.source, None, "Multus injects deviceID; the NAD must not pin one");
+            // What Multus hands over: the same config with the VF's address injected.
+            let mut injected: Value = serde_json::from_str(cfg).unwrap();
+            injected["deviceID"] = Value::from("0000:3b:02.1");
+            let c = load(&injected.to_string(), p);
+            assert!(matches!(c.source, Some(VfSource::Device(_))));
+            seen.nads.insert(name.to_string(), res.to_string());
+        }
+        "Pod" => {
+            let net = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"].as_str().unwrap();
+            let cs = containers(&v["spec"], p);
+            let res = &cs[0]["resources"];
+            let reqs = res["requests"].as_object().unwrap();
+            for (r, n) in reqs {
+                // An extended resource cannot be overcommitted: its limit must be set and equal.
+                if r.contains('/') {
+                    assert_eq!(res["limits"][r], *n, "{}: limit of {r}", p.display());
+                }
+                seen.pods.push((net.to_string(), r.clone()));
+            }
+        }
+        "ConfigMap" => {
+            let data = v["data"].as_object().unwrap_or_else(|| panic!("{}: data", p.display()));
+            let cfg = str_of(&data["config.json"], "data[\"config.json\"]", p);
+            let cfg: Value = serde_json::from_str(cfg).unwrap_or_else(|e| panic!("{}: config.json: {e}", p.display()));
+            let list = cfg["resourceList"].as_array().expect("the device plugin's resourceList");
+            assert!(!list.is_empty());
+            for r in list {
+                let rn = str_of(&r["resourceName"], "resourceName", p);
+                assert!(
+                    !rn.is_empty() && rn.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+                    "{}: the device plugin wants resourceName to match [a-zA-Z0-9_]+, not {rn:?}",
+                    p.display()
+                );
+                // Its default prefix is intel.com; the NAD must name the same.
+                let prefix = r["resourcePrefix"].as_str().unwrap_or("intel.com");
+                let sel = &r["selectors"];
+                let sel = if sel.is_array() { &sel[0] } else { sel };
+                assert!(sel.is_object(), "{}: selectors of {rn}", p.display());
+                for key in ["vendors", "devices", "drivers", "pfNames"] {
+                    if !sel[key].is_null() {
+                        assert!(sel[key].as_array().is_some_and(|a| a.iter().all(Value::is_string)), "{key}");
+                    }
+                }
+                seen.pools.insert(format!("{prefix}/{rn}"), sel["isRdma"] == true);
+            }
+        }
+        "DaemonSet" => {
+            let spec = &v["spec"];
+            let want = spec["selector"]["matchLabels"].as_object().expect("spec.selector.matchLabels");
+            let have = &spec["template"]["metadata"]["labels"];
+            assert!(!want.is_empty());
+            for (k, l) in want {
+                assert_eq!(have[k], *l, "{}: the selector matches the pod template's labels", p.display());
+            }
+            containers(&spec["template"]["spec"], p);
+            seen.daemonsets.push(v.clone());
+        }
+        _ => unreachable!(),
+    }
+    seen.checked += 1;
+}
+
+fn check_dirs(dirs: &[&str]) -> Seen {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut all = Vec::new();
-    files(&root.join("examples"), &mut all);
-    files(&root.join("conf"), &mut all);
-    let mut nads: HashMap<String, String> = HashMap::new();
-    let mut pods: Vec<(String, String)> = Vec::new();
-    let mut checked = 0;
+    for d in dirs {
+        files(&root.join(d), &mut all);
+    }
+    let mut seen = Seen::default();
     for p in &all {
         let text = fs::read_to_string(p).unwrap();
         match p.extension().and_then(|e| e.to_str()) {
-            Some("yaml") => {
+            Some("yaml") | Some("yml") => {
                 for doc in serde_yaml_ng::Deserializer::from_str(&text) {
                     let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                    match v["kind"].as_str() {
-                        Some("NetworkAttachmentDefinition") => {
-                            let res = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
-                                .as_str()
-                                .expect("the NAD names the device plugin resource");
-                            let cfg = v["spec"]["config"].as_str().expect("spec.config");
-                            let c = load(cfg, p);
-                            assert_eq!(c.source, None, "Multus injects deviceID; the NAD must not pin one");
-                            // What Multus hands over: the same config with the VF's address injected.
-                            let mut injected: Value = serde_json::from_str(cfg).unwrap();
-                            injected["deviceID"] = Value::from("0000:3b:02.1");
-                            let c = load(&injected.to_string(), p);
-                            assert!(matches!(c.source, Some(VfSource::Device(_))));
-                            nads.insert(v["metadata"]["name"].as_str().unwrap().to_string(), res.to_string());
-                        }
-                        Some("Pod") => {
-                            let net = v["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"].as_str().unwrap();
-                            let reqs = v["spec"]["containers"][0]["resources"]["requests"].as_object().unwrap();
-                            for r in reqs.keys() {
-                                pods.push((net.to_string(), r.clone()));
-                            }
-                        }
-                        other => panic!("{}: unexpected kind {other:?}", p.display()),
-                    }
-                    checked += 1;
+                    check_doc(&v, p, &mut seen);
                 }
             }
             Some("conf") => {
                 load(&text, p);
-                checked += 1;
+                seen.checked += 1;
             }
+            // The check `sriov-rdma install --conflist` makes before installing one.
             Some("conflist") => {
-                let list: Value = serde_json::from_str(&text).unwrap();
-                for plugin in list["plugins"].as_array().unwrap() {
-                    if plugin["type"] != "sriov-rdma" {
-                        continue;
-                    }
-                    // libcni gives each plugin the list's cniVersion and name.
-                    let mut one = plugin.clone();
-                    one["cniVersion"] = list["cniVersion"].clone();
-                    one["name"] = list["name"].clone();
-                    load(&one.to_string(), p);
-                    checked += 1;
-                }
+                seen.checked += check_netconf(text.as_bytes()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             }
             _ => {}
         }
     }
-    for (net, res) in &pods {
-        assert_eq!(nads.get(net), Some(res), "the pod requests the resource of NAD {net}");
+    for (net, res) in &seen.pods {
+        assert_eq!(seen.nads.get(net), Some(res), "the pod requests the resource of NAD {net}");
     }
-    assert!(!pods.is_empty());
-    assert!(checked >= 4, "only {checked} configs found");
+    assert!(!seen.pods.is_empty());
+    seen
+}
+
+#[test]
+fn every_example_and_conf_is_valid() {
+    let seen = check_dirs(&["examples", "conf"]);
+    assert!(seen.checked >= 4, "only {} configs found", seen.checked);
+}
+
+#[test]
+fn the_deploy_manifests_are_valid_and_fit_together() {
+    let seen = check_dirs(&["deploy"]);
+    // The pod's resource is a device plugin pool of VFs with RDMA.
+    for res in seen.nads.values() {
+        assert_eq!(seen.pools.get(res), Some(&true), "the device plugin config has {res} with isRdma: true");
+    }
+    assert_eq!(seen.daemonsets.len(), 1, "one installer DaemonSet");
+    let ds = &seen.daemonsets[0];
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    // The image `make image` builds, at this version.
+    assert_eq!(c["image"], format!("localhost/sriov-rdma:{}", env!("CARGO_PKG_VERSION")));
+    let cmd: Vec<&str> = c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(c["args"].as_array().into_iter().flatten())
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&cmd[..2], ["/sriov-rdma", "install"], "{cmd:?}");
+    assert!(cmd.contains(&"--sleep"), "the one container stays up: {cmd:?}");
+    // The host's CNI bin dir where the installer looks for it by default.
+    let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/host/opt/cni/bin").unwrap();
+    let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(vol["hostPath"]["path"], "/opt/cni/bin");
+    assert_ne!(mount["readOnly"], true);
+    // No privilege beyond writing that directory.
+    let sc = &c["securityContext"];
+    assert_ne!(sc["privileged"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert!(sc["capabilities"]["add"].is_null());
+    assert_eq!(sc["runAsUser"], 0);
+    assert!(pod["hostNetwork"].is_null() && pod["hostPID"].is_null());
+    assert_eq!(pod["nodeSelector"]["feature.node.kubernetes.io/network-sriov.capable"], "true");
+    assert!(!pod["tolerations"].as_array().unwrap().is_empty());
 }

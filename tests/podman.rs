@@ -1,21 +1,17 @@
 //! A real container runtime: podman (CNI backend, runc) runs a container on a sriov-rdma network with a
-//! stand-in VF; `--rm` must run DEL and give the VF back. Root only; skipped where podman is missing
-//! (`.ci/run` installs it). The runtime's own DEL runs in a process podman spawns, so the plugin is
-//! reached through a wrapper that points it at the test's sysfs tree and state directory.
+//! stand-in VF; `--rm` must run DEL and give the VF back. Root only; without podman and runc (`make deps`
+//! installs them) it fails, unless SRIOV_RDMA_SKIP_UNAVAILABLE=1. The runtime's own DEL runs in a process
+//! podman spawns, so the plugin is reached through a wrapper that points it at the test's sysfs tree and
+//! state directory.
 
 mod common;
 use common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::process::Command;
 
 #[test]
 fn podman_run_rm_attaches_and_gives_back_the_vf() {
-    if !is_root()
-        || Command::new("podman").arg("--version").output().is_err()
-        || !std::path::Path::new("/usr/sbin/runc").exists()
-    {
-        eprintln!("skipped: needs root, podman and runc");
+    if !runnable("podman_run_rm", &[("root", is_root()), ("podman and runc", Podman::available())]) {
         return;
     }
     let bed = Bed::new("pod", 2);
@@ -45,17 +41,7 @@ fn podman_run_rm_attaches_and_gives_back_the_vf() {
         ),
     )
     .unwrap();
-    let conf = bed.dir.join("containers.conf");
-    fs::write(
-        &conf,
-        format!(
-            "[containers]\ndefault_ulimits = [\"nproc=1024:1024\", \"nofile=1024:1024\"]\n[network]\nnetwork_backend = \"cni\"\n\
-             cni_plugin_dirs = [\"{}\", \"/usr/lib/cni\"]\nnetwork_config_dir = \"{}\"\n",
-            bin.display(),
-            netd.display()
-        ),
-    )
-    .unwrap();
+    let pod = Podman::new(&bed.dir, &[&bin], &netd);
     // A busybox image made here: no registry is reachable.
     let root = bed.dir.join("rootfs/bin");
     fs::create_dir_all(&root).unwrap();
@@ -65,18 +51,13 @@ fn podman_run_rm_attaches_and_gives_back_the_vf() {
     }
     let tar = bed.dir.join("rootfs.tar");
     must(&["tar", "-C", bed.dir.join("rootfs").to_str().unwrap(), "-cf", tar.to_str().unwrap(), "."]);
-    let podman = |args: &[&str]| {
-        Command::new("podman").env("CONTAINERS_CONF", &conf).args(args).output().expect("running podman")
-    };
+    let podman = |args: &[&str]| pod.run(args);
     let out = podman(&["import", "-q", tar.to_str().unwrap(), "localhost/sriov-rdma-it:1"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let (pci0, vf0) = bed.vfs[0].clone();
     let before = identity(None, &vf0).unwrap();
     let out = podman(&[
-        "--runtime",
-        "/usr/sbin/runc",
-        "--cgroup-manager=cgroupfs",
         "run",
         "--rm",
         "--network",

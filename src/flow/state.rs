@@ -224,6 +224,8 @@ mod tests {
                 gids: vec![crate::flow::rdma::GidIndex { address: "10.1.0.2".parse().unwrap(), index: 3 }],
             }),
             device_info: Some("/var/run/k8s.cni.cncf.io/devinfo/x.json".into()),
+            ipam_config: None,
+            cni_path: Vec::new(),
         }
     }
 

@@ -247,6 +247,70 @@ pub fn static_ipam(addr: &str) -> String {
     )
 }
 
+/// Whether a test that needs `needs` (what, present?) can run. Something missing fails the test, unless
+/// SRIOV_RDMA_SKIP_UNAVAILABLE=1 asks to skip such tests; a skip says so on stderr.
+#[track_caller]
+pub fn runnable(test: &str, needs: &[(&str, bool)]) -> bool {
+    let missing: Vec<&str> = needs.iter().filter(|(_, ok)| !ok).map(|(what, _)| *what).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let missing = missing.join(", ");
+    if std::env::var("SRIOV_RDMA_SKIP_UNAVAILABLE").as_deref() == Ok("1") {
+        eprintln!("SKIPPED {test}: needs {missing} (SRIOV_RDMA_SKIP_UNAVAILABLE=1)");
+        return false;
+    }
+    panic!("{test} needs {missing}; `make deps` as root installs the tools, SRIOV_RDMA_SKIP_UNAVAILABLE=1 skips it");
+}
+
+pub const RUNC: &str = "/usr/sbin/runc";
+
+/// Rootful podman as it runs on these machines: runc (crun refuses the hybrid cgroup layout), cgroupfs, and a
+/// containers.conf of the test's own with rlimits below the hard limit (no CAP_SYS_RESOURCE here) and the
+/// CNI backend with the given plugin and config dirs.
+#[derive(Clone)]
+pub struct Podman {
+    pub conf: PathBuf,
+}
+
+impl Podman {
+    pub fn available() -> bool {
+        Command::new("podman").arg("--version").output().is_ok_and(|o| o.status.success()) && Path::new(RUNC).exists()
+    }
+
+    /// Writes `dir/containers.conf`.
+    pub fn new(dir: &Path, cni_plugin_dirs: &[&Path], network_config_dir: &Path) -> Podman {
+        let conf = dir.join("containers.conf");
+        let dirs: Vec<String> = cni_plugin_dirs
+            .iter()
+            .map(|d| format!("\"{}\"", d.display()))
+            .chain(std::iter::once(format!("\"{CNI_PATH}\"")))
+            .collect();
+        fs::write(
+            &conf,
+            format!(
+                "[containers]\ndefault_ulimits = [\"nproc=1024:1024\", \"nofile=1024:1024\"]\n[network]\nnetwork_backend = \"cni\"\n\
+                 cni_plugin_dirs = [{}]\nnetwork_config_dir = \"{}\"\n",
+                dirs.join(", "),
+                network_config_dir.display()
+            ),
+        )
+        .unwrap();
+        Podman { conf }
+    }
+
+    /// `podman --runtime runc --cgroup-manager=cgroupfs` with this containers.conf; add the subcommand.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new("podman");
+        c.env("CONTAINERS_CONF", &self.conf).args(["--runtime", RUNC, "--cgroup-manager=cgroupfs"]);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("running podman")
+    }
+}
+
 pub fn is_root() -> bool {
     nix_uid() == 0
 }

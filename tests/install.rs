@@ -1,0 +1,343 @@
+//! The shipped artifacts: the release `sriov-rdma` is fully static and runs in an empty root; the installer
+//! image (Containerfile) run by podman like the DaemonSet runs it installs it byte for byte, replaces a copy
+//! that is executing without disturbing it, and stays up with `--sleep` until SIGTERM.
+//!
+//! They test target/release/sriov-rdma, which `make unit` builds first (`make release`); a missing or stale
+//! one fails. Root, podman and runc are needed (`make deps`); SRIOV_RDMA_SKIP_UNAVAILABLE=1 skips instead.
+
+mod common;
+use common::*;
+use serde::Deserialize;
+use serde_json::Value;
+use sriov_rdma_cni::cni::config::SUPPORTED_VERSIONS;
+use sriov_rdma_cni::install::version_line;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn newest(p: &Path) -> SystemTime {
+    let m = fs::metadata(p).unwrap();
+    if !m.is_dir() {
+        return m.modified().unwrap();
+    }
+    fs::read_dir(p).unwrap().map(|e| newest(&e.unwrap().path())).max().unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// target/release/sriov-rdma, which the Makefile, the image and tests/vm use; it must be newer than
+/// everything it is built from.
+fn release_bin() -> PathBuf {
+    let bin = Path::new(ROOT).join("target/release/sriov-rdma");
+    let built = fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}: run `make release` (cargo build --release) first", bin.display()));
+    for src in ["src", "Cargo.toml", "Cargo.lock", ".cargo/config.toml", "scripts/rustc-static-bins"] {
+        let p = Path::new(ROOT).join(src);
+        assert!(newest(&p) <= built, "{} is older than {}: run `make release` first", bin.display(), p.display());
+    }
+    bin
+}
+
+/// Whether an ELF file asks for a program interpreter (PT_INTERP) and how many shared libraries (DT_NEEDED).
+fn elf_dynamic_deps(b: &[u8]) -> (bool, usize) {
+    assert!(b.len() > 64 && &b[..4] == b"\x7fELF" && b[4] == 2 && b[5] == 1, "not a 64-bit little-endian ELF");
+    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap()) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+    let (mut interp, mut needed) = (false, 0);
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        match u32::from_le_bytes(b[ph..ph + 4].try_into().unwrap()) {
+            3 => interp = true,
+            2 => {
+                let (off, size) = (u64_at(ph + 8), u64_at(ph + 32));
+                for e in (off..off + size).step_by(16) {
+                    match u64_at(e) {
+                        0 => break,
+                        1 => needed += 1,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (interp, needed)
+}
+
+#[test]
+fn the_release_binary_is_fully_static() {
+    let bin = release_bin();
+    // The checker itself: this test harness is an ordinary dynamic executable.
+    let me = fs::read(std::env::current_exe().unwrap()).unwrap();
+    let (interp, needed) = elf_dynamic_deps(&me);
+    assert!(interp && needed > 0, "the ELF check sees the test harness's loader and libraries");
+
+    assert_eq!(
+        elf_dynamic_deps(&fs::read(&bin).unwrap()),
+        (false, 0),
+        "{}: no loader, no shared library",
+        bin.display()
+    );
+    // glibc's ldd: "statically linked" for a static-pie (what crt-static gives), "not a dynamic executable"
+    // for a non-PIE static binary; either way no library is listed.
+    let out = Command::new("ldd").arg(&bin).output().expect("running ldd");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("statically linked") || said.contains("not a dynamic executable"), "ldd: {said}");
+    assert!(!said.contains("=>") && !said.contains("ld-linux"), "ldd: {said}");
+}
+
+#[test]
+fn the_release_binary_runs_in_an_empty_root() {
+    if !runnable("runs_in_an_empty_root", &[("root (chroot)", is_root())]) {
+        return;
+    }
+    let bin = release_bin();
+    let root = std::env::temp_dir().join(format!("sriov-rdma-chroot-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    fs::create_dir_all(&root).unwrap();
+    fs::copy(&bin, root.join("sriov-rdma")).unwrap();
+    let run = |args: &[&str], env: &[(&str, &str)], stdin: &str| {
+        let mut c = Command::new("/usr/sbin/chroot")
+            .arg(&root)
+            .arg("/sriov-rdma")
+            .args(args)
+            .env_clear()
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running chroot");
+        c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+
+    let (code, out, err) = run(&["--version"], &[], "");
+    assert_eq!((code, out.as_str(), err.trim()), (Some(0), "", version_line().as_str()), "{err}");
+
+    let (code, out, err) = run(&[], &[("CNI_COMMAND", "VERSION")], r#"{"cniVersion":"1.0.0"}"#);
+    assert_eq!(code, Some(0), "{out} {err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("VERSION stdout is not JSON ({e}): {out:?}"));
+    assert_eq!(v["cniVersion"], "1.0.0");
+    assert_eq!(v["supportedVersions"], serde_json::json!(SUPPORTED_VERSIONS));
+
+    // Nothing else there (no /proc): install says what it could not do, on stderr only, and fails.
+    let (code, out, err) = run(&["install", "--cni-bin-dir", "/"], &[], "");
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(err.contains("reading the running binary /proc/self/exe"), "{err}");
+    let left: Vec<_> = fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["sriov-rdma"]);
+    fs::remove_dir_all(&root).unwrap();
+}
+
+/// Reads a child's stderr on a thread; lines arrive on the channel.
+fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a line containing `what`; returns every line seen up to it.
+fn wait_for(rx: &mpsc::Receiver<String>, what: &str, secs: u64) -> Vec<String> {
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut seen = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => {
+                let done = l.contains(what);
+                seen.push(l);
+                if done {
+                    return seen;
+                }
+            }
+            Err(_) => panic!("no {what:?} within {secs} s; stderr so far: {seen:#?}"),
+        }
+    }
+}
+
+struct Cleanup {
+    dir: PathBuf,
+    pod: Podman,
+    image: String,
+    container: String,
+    children: Vec<Child>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = self.pod.run(&["rm", "-f", "-t", "0", &self.container]);
+        let _ = self.pod.run(&["rmi", "-f", &self.image]);
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The installer container's command, as the DaemonSet gives it.
+fn daemonset_command() -> Vec<String> {
+    let text = fs::read_to_string(Path::new(ROOT).join("deploy/sriov-rdma-installer.yaml")).unwrap();
+    let v = Value::deserialize(serde_yaml_ng::Deserializer::from_str(&text)).unwrap();
+    let c = &v["spec"]["template"]["spec"]["containers"][0];
+    c["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(c["args"].as_array().into_iter().flatten())
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_image_installs_the_binary_and_replaces_a_running_one() {
+    if !runnable("image_installs", &[("root", is_root()), ("podman and runc", Podman::available())]) {
+        return;
+    }
+    let bin = release_bin();
+    let want = fs::read(&bin).unwrap();
+    let dir = std::env::temp_dir().join(format!("sriov-rdma-it-image-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let host_bin = dir.join("opt-cni-bin");
+    let other = dir.join("other-bin");
+    for d in [&host_bin, &other] {
+        fs::create_dir_all(d).unwrap();
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let pod = Podman::new(&dir, &[], &dir.join("net.d"));
+    let mut guard = Cleanup {
+        dir: dir.clone(),
+        pod: pod.clone(),
+        image: format!("localhost/sriov-rdma-it:install-{}", std::process::id()),
+        container: format!("sriov-rdma-it-install-{}", std::process::id()),
+        children: Vec::new(),
+    };
+    let image = guard.image.clone();
+
+    // The image `make image` builds, from the same Containerfile and context, offline (FROM scratch).
+    let out = pod
+        .cmd()
+        .current_dir(ROOT)
+        .args(["build", "-q", "-f", "Containerfile", "--build-arg"])
+        .arg(format!("VERSION={}", env!("CARGO_PKG_VERSION")))
+        .args(["-t", &image, "."])
+        .output()
+        .expect("running podman build");
+    assert!(out.status.success(), "podman build: {}", String::from_utf8_lossy(&out.stderr));
+
+    // Run as the DaemonSet's securityContext says: read-only root, no capabilities, no privilege escalation.
+    let mount = format!("{}:/host/opt/cni/bin", host_bin.display());
+    let base = ["run", "--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"];
+    let install = |what: &str| {
+        let out =
+            pod.cmd().args(base).args(["--rm", "--user", "0", "-v", &mount, &image]).output().expect("podman run");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{what}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{what}: nothing on stdout");
+        err
+    };
+    let target = host_bin.join("sriov-rdma");
+    let names = || {
+        let mut v: Vec<String> =
+            fs::read_dir(&host_bin).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+
+    // 1. An empty CNI bin dir gets the binary, byte for byte, 0755, and no temp file is left.
+    let err = install("first install");
+    assert!(err.contains(&format!("installed /host/opt/cni/bin/sriov-rdma ({} bytes)", want.len())), "{err}");
+    assert!(err.contains(&format!("/host/opt/cni/bin/sriov-rdma runs: {}", version_line())), "{err}");
+    assert!(fs::read(&target).unwrap() == want, "the installed binary is target/release/sriov-rdma byte for byte");
+    assert_eq!(fs::metadata(&target).unwrap().permissions().mode() & 0o7777, 0o755);
+    assert_eq!(names(), ["sriov-rdma"]);
+
+    // 2. Again: the same content is left as it is.
+    let ino = fs::metadata(&target).unwrap().ino();
+    let err = install("second install");
+    assert!(err.contains("is already this binary"), "{err}");
+    assert_eq!(fs::metadata(&target).unwrap().ino(), ino);
+
+    // 3. An older build is on the node and running (its own `install --sleep`): the new install must rename
+    //    over the executing file, and the running process must go on with its own binary.
+    let mut old = want.clone();
+    old.extend_from_slice(b"\0an older build\0");
+    fs::write(host_bin.join(".old"), &old).unwrap();
+    fs::set_permissions(host_bin.join(".old"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::rename(host_bin.join(".old"), &target).unwrap();
+    let mut running = Command::new(&target)
+        .args(["install", "--cni-bin-dir"])
+        .arg(&other)
+        .arg("--sleep")
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the installed binary");
+    let pid = running.id();
+    let rx = lines(&mut running);
+    guard.children.push(running);
+    wait_for(&rx, "staying up until SIGTERM", 20);
+    // What a plain `cp` would run into.
+    let e = fs::OpenOptions::new().write(true).open(&target).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ETXTBSY), "{e}");
+
+    let err = install("install over a running binary");
+    assert!(err.contains("installed /host/opt/cni/bin/sriov-rdma"), "{err}");
+    assert!(fs::read(&target).unwrap() == want, "the new binary is in place");
+    assert_eq!(names(), ["sriov-rdma"]);
+    let running = guard.children.last_mut().unwrap();
+    assert!(running.try_wait().unwrap().is_none(), "the running old binary is still running");
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert!(exe.to_string_lossy().ends_with(" (deleted)"), "it runs the replaced inode: {}", exe.display());
+    assert!(fs::read(format!("/proc/{pid}/exe")).unwrap() == old, "and that inode still holds the old build");
+    assert!(fs::read(other.join("sriov-rdma")).unwrap() == old);
+    // SIGTERM ends `--sleep` with status 0.
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    let status = running.wait().unwrap();
+    wait_for(&rx, "SIGTERM: exiting", 10);
+    assert_eq!(status.code(), Some(0), "{status}");
+
+    // 4. The DaemonSet's container (`install --sleep`) stays up until the runtime stops it with SIGTERM, as PID 1.
+    let cmd = daemonset_command();
+    let entrypoint = serde_json::to_string(&cmd).unwrap();
+    let mut ds = pod
+        .cmd()
+        .args(base)
+        .args(["--rm", "--name", &guard.container, "--user", "0", "-v", &mount, "--entrypoint", &entrypoint, &image])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("podman run");
+    let rx = lines(&mut ds);
+    guard.children.push(ds);
+    let seen = wait_for(&rx, "staying up until SIGTERM", 60);
+    assert!(seen.iter().any(|l| l.contains("is already this binary")), "{seen:#?}");
+    let t = Instant::now();
+    let out = pod.run(&["stop", "-t", "30", &guard.container]);
+    assert!(out.status.success(), "podman stop: {}", String::from_utf8_lossy(&out.stderr));
+    let status = guard.children.last_mut().unwrap().wait().unwrap();
+    assert_eq!(status.code(), Some(0), "the container exits 0 on SIGTERM ({status})");
+    assert!(t.elapsed() < Duration::from_secs(20), "it stopped on SIGTERM, not the 30 s kill: {:?}", t.elapsed());
+    wait_for(&rx, "SIGTERM: exiting", 10);
+    assert!(fs::read(&target).unwrap() == want);
+}
