@@ -163,12 +163,15 @@ SNAP_AFTER=$(ip -d link show | sed 's/^[0-9]*: //' | grep -v 'altname')
 
 # 9. GC with an empty valid-attachments list releases a live attachment and restores the VF.
 ip netns add pod9
-cni ADD c9 /var/run/netns/pod9 net1 "$C4" >/dev/null
-R=$(echo '{"cniVersion":"1.1.0","name":"vmnet","type":"sriov-rdma","cni.dev/valid-attachments":[]}' | CNI_COMMAND=GC $PLUGIN 2>/tmp/err)
-PF_AFTER=$(ip link show "$PF")
-if [ "$PF_BEFORE" = "$PF_AFTER" ] && ip -o link show "$VF0NET" >/dev/null 2>&1 && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ]; then
-  pass gc
-else fail gc "$R $(cat /tmp/err)"; fi
+if cni ADD c9 /var/run/netns/pod9 net1 "$C4" >/dev/null && [ -e /var/lib/cni/sriov-rdma/$VF0.json ] \
+   && vfline 0 | grep -q "vlan 42" && ip -n pod9 link show net1 >/dev/null 2>&1; then
+  R=$(echo '{"cniVersion":"1.1.0","name":"vmnet","type":"sriov-rdma","cni.dev/valid-attachments":[]}' | CNI_COMMAND=GC $PLUGIN 2>/tmp/err)
+  PF_AFTER=$(ip link show "$PF")
+  if [ "$PF_BEFORE" = "$PF_AFTER" ] && ip -o link show "$VF0NET" >/dev/null 2>&1 && [ ! -e /var/lib/cni/sriov-rdma/$VF0.json ]; then
+    pass gc
+  else fail gc "$R $(cat /tmp/err)"; fi
+else fail gc "its own ADD did not attach the VF: $(cat /tmp/err)"; fi
+ip netns del pod9
 
 # 6. Seven ADDs on seven VFs at once all succeed; DEL all; host identical (ip -d link and the PF's VF table).
 SNAP_BEFORE=$(ip -d link show | sed 's/^[0-9]*: //' | grep -v 'altname')
@@ -176,16 +179,16 @@ for i in 0 1 2 3 4 5 6; do ip netns add p6$i; done
 for i in 0 1 2 3 4 5 6; do
   V=$(basename "$(readlink /sys/class/net/$PF/device/virtfn$i)")
   C='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$V'","vlan":'$((200+i))',"trust":"on","mtu":9000}'
-  ( cni ADD c6$i /var/run/netns/p6$i net1 "$C" >/tmp/add6$i 2>&1; echo $? > /tmp/rc6$i ) &
+  ( CNI_ERR=/tmp/err6$i cni ADD c6$i /var/run/netns/p6$i net1 "$C" >/tmp/add6$i; echo $? > /tmp/rc6$i ) &
 done
 wait
 ok6=1
-for i in 0 1 2 3 4 5 6; do [ "$(cat /tmp/rc6$i)" = 0 ] || { ok6=0; echo "VMLOG ADD6 $i: $(cat /tmp/add6$i)"; }; done
+for i in 0 1 2 3 4 5 6; do [ "$(cat /tmp/rc6$i)" = 0 ] || { ok6=0; echo "VMLOG ADD6 $i: $(cat /tmp/add6$i) $(cat /tmp/err6$i)"; }; done
 [ "$(ip link show "$PF" | grep -c 'vlan 20[0-6]')" = 7 ] || ok6=0
 for i in 0 1 2 3 4 5 6; do
   V=$(basename "$(readlink /sys/class/net/$PF/device/virtfn$i)")
   C='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$V'","vlan":'$((200+i))',"trust":"on","mtu":9000}'
-  ( cni DEL c6$i /var/run/netns/p6$i net1 "$C" >/dev/null 2>&1 || echo "VMLOG DEL6 $i failed" ) &
+  ( CNI_ERR=/tmp/derr6$i cni DEL c6$i /var/run/netns/p6$i net1 "$C" >/dev/null || echo "VMLOG DEL6 $i failed: $(cat /tmp/derr6$i)" ) &
 done
 wait
 for i in 0 1 2 3 4 5 6; do ip netns del p6$i; done

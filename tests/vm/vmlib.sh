@@ -43,8 +43,8 @@ else
 fi
 
 
-cni() { # cni CMD CONTAINERID NETNS IFNAME CONF
-  echo "$5" | CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=$3 CNI_IFNAME=$4 $PLUGIN 2>/tmp/err; }
+cni() { # cni CMD CONTAINERID NETNS IFNAME CONF; stderr goes to $CNI_ERR (default /tmp/err)
+  echo "$5" | CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=$3 CNI_IFNAME=$4 $PLUGIN 2>"${CNI_ERR:-/tmp/err}"; }
 vfline() { ip link show "$PF" | grep "vf $1 " ; }
 
 VFN() { ls /sys/bus/pci/devices/$(basename "$(readlink /sys/class/net/$PF/device/virtfn$1)")/net 2>/dev/null | head -1; }

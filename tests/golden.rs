@@ -1,0 +1,45 @@
+//! An upgrade must not strand a VF: DEL finishes an attachment whose record was written by the 0.1.0 release
+//! (tests/data/record-0.1.0.json, kept verbatim as that release wrote it). Only the fields that name this
+//! machine's devices (PCI addresses, PF, netns, the netdev's ifindex/name/MAC) are pointed at the test bed's.
+mod common;
+#[path = "cri/require.rs"]
+mod require;
+
+use common::*;
+use serde_json::Value;
+
+#[test]
+fn del_finishes_an_attachment_recorded_by_release_0_1_0() {
+    if !require::required("del_finishes_an_attachment_recorded_by_release_0_1_0", &["/usr/lib/cni/static"]) {
+        return;
+    }
+    let mut bed = Bed::new("gld", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let l = link(None, &vf).unwrap();
+    let mut rec: Value =
+        serde_json::from_str(include_str!("data/record-0.1.0.json")).expect("the 0.1.0 sample is JSON");
+    rec["pci"] = pci.clone().into();
+    rec["pf"] = bed.pf.clone().into();
+    rec["pf_pci"] = bed.pf_pci.clone().into();
+    rec["netns"] = format!("/var/run/netns/{ns}").into();
+    rec["netdev"]["index"] = l["ifindex"].clone();
+    rec["netdev"]["name"] = vf.clone().into();
+    rec["netdev"]["mac"] = before.1.clone().into();
+    assert_eq!(rec["netdev"]["mtu"], 1500);
+    assert_eq!(rec["mtu"], 4000);
+    // What that release's ADD did: the VF moved into the pod as net1 with MTU 4000 and an address, up.
+    must(&["ip", "link", "set", &vf, "netns", &ns, "name", "net1"]);
+    must(&["ip", "-n", &ns, "link", "set", "net1", "mtu", "4000", "up"]);
+    must(&["ip", "-n", &ns, "addr", "add", "10.77.0.9/24", "dev", "net1"]);
+    std::fs::create_dir_all(&bed.state).unwrap();
+    std::fs::write(bed.state.join(format!("{pci}.json")), serde_json::to_vec_pretty(&rec).unwrap()).unwrap();
+
+    let conf = conf_dev("1.0.0", &pci, &format!(r#","mtu":4000{}"#, static_ipam("10.77.0.9/24")));
+    let r = bed.run("DEL", "c1", &ns, "net1", &conf);
+    r.ok();
+    assert_eq!(identity(None, &vf), Some(before), "name, MAC, MTU, up state as before that ADD");
+    assert!(link(Some(&ns), "net1").is_none());
+    assert!(bed.records().is_empty(), "the 0.1.0 record is finished and removed");
+}
