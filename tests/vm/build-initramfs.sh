@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the emulated SR-IOV machine's initramfs for the kernel named by KERNEL (6.12 default, or 7):
 # busybox, the modules (igb, igbvf, veth, Soft-RoCE and the RDMA userspace interfaces, vfio-pci), iproute2,
+# the RDMA userspace (libibverbs with the rxe provider, ibv_* tools, perftest, rping) and iperf3,
 # sriov-rdma, the Debian IPAM plugins, and the scenario scripts as PID 1's work. Prints its path.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,6 +38,18 @@ for p in static host-local host-device; do copy_bin /usr/lib/cni/$p /opt/cni/bin
 copy_bin "$top/target/release/cni-bench" /usr/sbin/cni-bench
 copy_bin "$top/target/release/netns-floor" /usr/sbin/netns-floor
 [ -x "$cache/cnitool" ] && copy_bin "$cache/cnitool" /usr/sbin/cnitool
+
+# RDMA userspace: libibverbs finds the rxe provider through /etc/libibverbs.d/rxe.driver and dlopens it by
+# full path; glibc dlopens libgcc_s.so.1 when a thread exits (rping aborts without it).
+mkdir -p "$root/etc/libibverbs.d"
+cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+for so in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do copy_bin "$so" "$so"; done
+for t in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ib_send_lat rping iperf3; do
+  copy_bin "$(command -v "$t")" "/usr/bin/$t"
+done
+gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ { print $NF; exit }')
+copy_lib "${gcc_s:-/lib/x86_64-linux-gnu/libgcc_s.so.1}"
+cp "$here/rdma-probe.sh" "$root/rdma-probe.sh"
 
 # Modules: the modprobe --show-depends closure, in load order. crc32_generic first where it exists
 # (6.12: rdma_rxe fails with ENOENT without it; 7.x has none). Modules this kernel lacks are skipped.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # PID 1 of the emulated SR-IOV machine: mount, load the drivers, run the job named on the kernel command
-# line (sriov_rdma=e2e|demo|bench), power off.
+# line (sriov_rdma=e2e|demo|bench|probe), power off.
 export PATH=/bin:/usr/bin:/usr/sbin:/opt/cni/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp; mount -t tmpfs run /run; mkdir -p /run/netns /var/lib
@@ -13,6 +13,7 @@ for a in $(cat /proc/cmdline); do
 done
 case "$mode" in
   demo) sh /demo.sh 2>&1 ;;
+  probe) sh /rdma-probe.sh 2>&1 ;;
   bench) . /vmlib.sh >/dev/null; /usr/sbin/cni-bench --vf "$(VFP 1)" "$rounds" 2>&1 | sed 's/^/BENCH /' ;;
   *) sh /scenarios.sh 2>&1 ;;
 esac

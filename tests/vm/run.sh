@@ -3,9 +3,10 @@
 #   run.sh e2e        the scenarios; fails on any failed scenario       (make e2e)
 #   run.sh demo       attach/detach one VF with cnitool, readable      (make demo)
 #   run.sh bench [N]  ADD+DEL of a real VF against the kernel floor     (make bench-vm)
+#   run.sh probe      RDMA traffic between two VFs in two netns, by hand (rdma-probe.sh)
 # KERNEL=6.12 (Debian bookworm-backports, default) or KERNEL=7 (trixie-backports) picks the guest kernel;
 # a list (KERNEL="6.12 7") runs the job once per kernel, one after the other, and fails if any run fails.
-# RESULT lines are printed as RESULT[kernel].
+# RESULT and PROBE lines are printed as RESULT[kernel] / PROBE[kernel].
 set -euo pipefail
 mode=${1:-e2e}; n=${2:-20}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +15,8 @@ case "$mode" in
   e2e) filter='^(RESULT|VMLOG)' ;;
   demo) filter='^DEMO' ;;
   bench) filter='^(BENCH|VMLOG)' ;;
-  *) echo "run.sh: unknown job $mode (e2e, demo, bench)" >&2; exit 2 ;;
+  probe) filter='^(PROBE|VMLOG)' ;;
+  *) echo "run.sh: unknown job $mode (e2e, demo, bench, probe)" >&2; exit 2 ;;
 esac
 
 if [ "$(echo $kernels | wc -w)" -gt 1 ]; then
@@ -51,7 +53,7 @@ timeout 600 qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 1024 -smp 2 -
   -kernel "$kdir/boot/vmlinuz" -initrd "$initrd" \
   -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on sriov_rdma=$mode sriov_rdma_n=$n" 2>&1 \
   | tr -d '\r' | sed -u -E 's/\x1b(\[[0-9;?]*[a-zA-Z]|c)//g' | tee "$log" | grep -a --line-buffered -E "$filter" \
-  | sed -u -E -e 's/^(DEMO ?|BENCH )//' -e "s/^RESULT /RESULT[$kernel] /" || true
+  | sed -u -E -e 's/^(DEMO ?|BENCH )//' -e "s/^(RESULT|PROBE) /\\1[$kernel] /" || true
 secs=$(( $(date +%s) - start ))
 grep -aq '^VMDONE' "$log" || { echo "run.sh: the VM ($kver) did not finish after ${secs}s (see $log)"; exit 1; }
 [ "$mode" = demo ] || echo "run.sh: $mode on $kver: ${secs}s (console log $log)"
