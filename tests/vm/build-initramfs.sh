@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# Builds the emulated SR-IOV machine's initramfs: busybox, the igb/igbvf/veth modules, iproute2,
-# sriov-rdma, the Debian IPAM plugins, and the scenario script as PID 1's work.
+# Builds the emulated SR-IOV machine's initramfs for the kernel named by KERNEL (6.12 default, or 7):
+# busybox, the modules (igb, igbvf, veth, Soft-RoCE and the RDMA userspace interfaces, vfio-pci), iproute2,
+# the RDMA userspace (libibverbs with the rxe provider, ibv_* tools, perftest, rping) and iperf3,
+# sriov-rdma, the Debian IPAM plugins, and the scenario scripts as PID 1's work. Prints its path.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 cache=${CACHE:-$top/.cache/vm}
-kroot=$cache/kernel
+kernel=${KERNEL:-6.12}
+kroot=$cache/kernel-$kernel
+[ -d "$kroot/lib/modules" ] || { echo "build-initramfs: no $kroot (run fetch.sh with KERNEL=$kernel)" >&2; exit 1; }
 kver=$(ls "$kroot/lib/modules" | head -1)
-out=$cache/initrd.gz
+out=$cache/initrd-$kernel.gz
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,run,etc,mods,opt/cni/bin,usr/sbin,usr/bin,var/lib}
 ln -s /run "$root/var/run"
 cp /bin/busybox "$root/bin/busybox"
-for a in sh mount mkdir cat echo grep sed awk sleep ls rm insmod xz poweroff cut tr head tail wc seq ln test printf sort diff basename readlink; do
+for a in sh mount umount mkdir cat echo grep sed awk sleep ls rm insmod xz poweroff cut tr head tail wc seq ln \
+         test printf sort diff basename readlink ping timeout kill dmesg ps find expr uname true false mv chmod \
+         stat sync date uptime; do
   ln -sf busybox "$root/bin/$a"
 done
-copy_bin() { # copies a binary and its shared libraries
+copy_lib() { mkdir -p "$root$(dirname "$1")"; cp -L "$1" "$root$1"; }
+copy_bin() { # copies a binary (or shared object) and its shared libraries
   local src=$1 dst=$2
-  cp "$src" "$root$dst"
+  mkdir -p "$root$(dirname "$dst")"; cp -L "$src" "$root$dst"
   { ldd "$src" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' | while read -r lib; do
-    mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"
+    copy_lib "$lib"
   done
 }
 copy_bin /usr/sbin/ip /usr/sbin/ip
@@ -31,14 +38,33 @@ for p in static host-local host-device; do copy_bin /usr/lib/cni/$p /opt/cni/bin
 copy_bin "$top/target/release/cni-bench" /usr/sbin/cni-bench
 copy_bin "$top/target/release/netns-floor" /usr/sbin/netns-floor
 [ -x "$cache/cnitool" ] && copy_bin "$cache/cnitool" /usr/sbin/cnitool
-depmod -b "$kroot" "$kver"
+
+# RDMA userspace: libibverbs finds the rxe provider through /etc/libibverbs.d/rxe.driver and dlopens it by
+# full path; glibc dlopens libgcc_s.so.1 when a thread exits (rping aborts without it).
+mkdir -p "$root/etc/libibverbs.d"
+cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+for so in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do copy_bin "$so" "$so"; done
+for t in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ib_send_lat rping iperf3; do
+  copy_bin "$(command -v "$t")" "/usr/bin/$t"
+done
+gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ { print $NF; exit }')
+copy_lib "${gcc_s:-/lib/x86_64-linux-gnu/libgcc_s.so.1}"
+cp "$here/rdma-probe.sh" "$root/rdma-probe.sh"
+
+# Modules: the modprobe --show-depends closure, in load order. crc32_generic first where it exists
+# (6.12: rdma_rxe fails with ENOENT without it; 7.x has none). Modules this kernel lacks are skipped.
+depmod -b "$kroot" "$kver" 2>&1 | { grep -v "could not open modules\.\(order\|builtin\)" || true; } >&2
 i=0
-# crc32_generic first: rdma_rxe fails with ENOENT without it.
-for m in crc32_generic igb igbvf veth rdma_rxe vfio-pci; do
-  modprobe -d "$kroot" -S "$kver" --show-depends $m | awk '{print $2}'
+for m in crc32_generic igb igbvf rdma_rxe rdma_ucm ib_uverbs veth vfio-pci; do
+  modprobe -d "$kroot" -S "$kver" --show-depends "$m" 2>/dev/null | awk '$1 == "insmod" {print $2}' \
+    || echo "build-initramfs: kernel $kver has no module $m, skipped" >&2
 done | awk '!seen[$0]++' | while read -r ko; do
-  i=$((i+1)); name=$(printf '%02d-%s' "$i" "$(basename "$ko" .xz)")
-  xz -dc "$ko" > "$root/mods/$name"
+  i=$((i+1)); name=$(printf '%02d-%s' "$i" "$(basename "$ko")"); name=${name%.xz}; name=${name%.zst}
+  case "$ko" in
+    *.xz) xz -dc "$ko" > "$root/mods/$name" ;;
+    *.zst) zstd -qdc "$ko" > "$root/mods/$name" ;;
+    *) cp "$ko" "$root/mods/$name" ;;
+  esac
 done
 cp "$here/init.sh" "$root/init"; chmod +x "$root/init"
 for f in scenarios.sh demo.sh vmlib.sh; do cp "$here/$f" "$root/$f"; done

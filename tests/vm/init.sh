@@ -1,18 +1,26 @@
 #!/bin/sh
 # PID 1 of the emulated SR-IOV machine: mount, load the drivers, run the job named on the kernel command
-# line (sriov_rdma=e2e|demo|bench), power off.
-export PATH=/bin:/usr/sbin:/opt/cni/bin
+# line (sriov_rdma=e2e|demo|bench|probe), power off.
+export PATH=/bin:/usr/bin:/usr/sbin:/opt/cni/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp; mount -t tmpfs run /run; mkdir -p /run/netns /var/lib
-for m in /mods/*; do insmod "$m" 2>/dev/null || echo "VMLOG insmod $m failed"; done
+ok=0
+for m in /mods/*; do insmod "$m" 2>/dev/null && ok=$((ok+1)) || echo "VMLOG insmod $m failed"; done
+echo "VMLOG kernel $(uname -r), $ok/$(ls /mods | wc -l) modules loaded"
 mode=e2e; rounds=20
 for a in $(cat /proc/cmdline); do
   case "$a" in sriov_rdma=*) mode=${a#sriov_rdma=} ;; sriov_rdma_n=*) rounds=${a#sriov_rdma_n=} ;; esac
 done
 case "$mode" in
   demo) sh /demo.sh 2>&1 ;;
+  probe) sh /rdma-probe.sh 2>&1 ;;
   bench) . /vmlib.sh >/dev/null; /usr/sbin/cni-bench --vf "$(VFP 1)" "$rounds" 2>&1 | sed 's/^/BENCH /' ;;
   *) sh /scenarios.sh 2>&1 ;;
 esac
 echo "VMDONE"
-poweroff -f
+# poweroff -f shuts the devices down and can block behind a hung kernel worker; a sysrq reboot skips that
+# (QEMU runs with -no-reboot, so it exits either way).
+poweroff -f &
+sleep 10
+echo "VMLOG poweroff -f still blocked after 10 s: sysrq reboot"
+echo b > /proc/sysrq-trigger

@@ -3,29 +3,62 @@
 #   run.sh e2e        the scenarios; fails on any failed scenario       (make e2e)
 #   run.sh demo       attach/detach one VF with cnitool, readable      (make demo)
 #   run.sh bench [N]  ADD+DEL of a real VF against the kernel floor     (make bench-vm)
+#   run.sh probe      RDMA traffic between two VFs in two netns, by hand (rdma-probe.sh)
+# KERNEL=6.12 (Debian bookworm-backports, default) or KERNEL=7 (trixie-backports) picks the guest kernel;
+# a list (KERNEL="6.12 7") runs the job once per kernel, one after the other, and fails if any run fails.
+# RESULT and PROBE lines are printed as RESULT[kernel] / PROBE[kernel].
 set -euo pipefail
 mode=${1:-e2e}; n=${2:-20}
 here=$(cd "$(dirname "$0")" && pwd)
-cache=$("$here/fetch.sh" | tail -1)
-CACHE=$cache "$here/cnitool.sh" >/dev/null
-initrd=$(CACHE=$cache "$here/build-initramfs.sh" | tail -1)
-log=$cache/console-$mode.log
+kernels=${KERNEL:-6.12}
 case "$mode" in
   e2e) filter='^(RESULT|VMLOG)' ;;
   demo) filter='^DEMO' ;;
   bench) filter='^(BENCH|VMLOG)' ;;
-  *) echo "run.sh: unknown job $mode (e2e, demo, bench)" >&2; exit 2 ;;
+  probe) filter='^(PROBE|VMLOG)' ;;
+  *) echo "run.sh: unknown job $mode (e2e, demo, bench, probe)" >&2; exit 2 ;;
 esac
-[ "$mode" = demo ] && echo "Booting the emulated SR-IOV machine (QEMU igb, Debian 6.12 kernel; ~15 s)..."
+
+if [ "$(echo $kernels | wc -w)" -gt 1 ]; then
+  rc=0
+  for k in $kernels; do KERNEL=$k "$0" "$@" || rc=1; done
+  if [ "$mode" = e2e ]; then
+    cache=${CACHE:-$(cd "$here/../.." && pwd)/.cache/vm}
+    pass=0; failn=0
+    for k in $kernels; do
+      p=$(grep -ac '^RESULT .* PASS' "$cache/console-e2e-$k.log" || true); f=$(grep -ac '^RESULT .* FAIL' "$cache/console-e2e-$k.log" || true)
+      pass=$((pass + p)); failn=$((failn + f))
+    done
+    echo "e2e: $pass passed, $failn failed"
+  fi
+  exit $rc
+fi
+
+kernel=$kernels
+case "$kernel" in 6.12|7) ;; *) echo "run.sh: KERNEL=$kernel: 6.12 or 7" >&2; exit 2 ;; esac
+export KERNEL=$kernel
+cache=$("$here/fetch.sh" | tail -1)
+CACHE=$cache "$here/cnitool.sh" >/dev/null
+initrd=$(CACHE=$cache "$here/build-initramfs.sh" | tail -1)
+kdir=$cache/kernel-$kernel
+kver=$(ls "$kdir/lib/modules" | head -1)
+log=$cache/console-$mode-$kernel.log
+[ "$mode" = demo ] && echo "Booting the emulated SR-IOV machine (QEMU igb, Debian kernel $kver; ~15 s)..."
+start=$(date +%s)
+# -global q35-pcihost.pci-hole64-size=0 keeps the VF BARs below 4 GiB (the VF datapath and the PF mailbox
+# need it); the two PFs share QEMU hub 0, a wire between them.
 timeout 600 qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 1024 -smp 2 -nographic -no-reboot \
   -machine q35 -global q35-pcihost.pci-hole64-size=0 -device intel-iommu,intremap=off \
   -netdev hubport,id=h0,hubid=0 -device igb,netdev=h0,addr=0x4 -netdev hubport,id=h1,hubid=0 -device igb,netdev=h1,addr=0x8 \
-  -kernel "$cache/kernel/boot/vmlinuz" -initrd "$initrd" \
+  -kernel "$kdir/boot/vmlinuz" -initrd "$initrd" \
   -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on sriov_rdma=$mode sriov_rdma_n=$n" 2>&1 \
-  | tr -d '\r' | sed -u -E 's/\x1b(\[[0-9;?]*[a-zA-Z]|c)//g' | tee "$log" | grep -a --line-buffered -E "$filter" | sed -u -E 's/^(DEMO ?|BENCH )//' || true
-grep -aq '^VMDONE' "$log" || { echo "run.sh: the VM did not finish (see $log)"; exit 1; }
+  | tr -d '\r' | sed -u -E 's/\x1b(\[[0-9;?]*[a-zA-Z]|c)//g' | tee "$log" | grep -a --line-buffered -E "$filter" \
+  | sed -u -E -e 's/^(DEMO ?|BENCH )//' -e "s/^(RESULT|PROBE) /\\1[$kernel] /" || true
+secs=$(( $(date +%s) - start ))
+grep -aq '^VMDONE' "$log" || { echo "run.sh: the VM ($kver) did not finish after ${secs}s (see $log)"; exit 1; }
+[ "$mode" = demo ] || echo "run.sh: $mode on $kver: ${secs}s (console log $log)"
 if [ "$mode" = e2e ]; then
   pass=$(grep -ac '^RESULT .* PASS' "$log" || true); failn=$(grep -ac '^RESULT .* FAIL' "$log" || true)
-  echo "e2e: $pass passed, $failn failed"
+  echo "e2e[$kernel]: $pass passed, $failn failed"
   [ "$failn" = 0 ] && [ "$pass" -gt 0 ]
 fi
