@@ -426,7 +426,15 @@ fn roce_gids(
         rdma::GidLookup::InfiniBand => return Ok(Vec::new()),
         rdma::GidLookup::NotVisible => {
             // e.g. soft-RoCE: the kernel destroys an rxe device when its netdev changes namespace.
-            crate::info!("RDMA device {dev} is not visible from {} after the move; no GID to look up", env.netns);
+            let msg = format!(
+                "RDMA device {dev} is not visible from {} after the netdev moved (a software RDMA device such as \
+                 rxe is destroyed when its netdev changes namespace)",
+                env.netns
+            );
+            if conf.rdma == RdmaPolicy::Isolated {
+                return Err(CniError::io(msg));
+            }
+            crate::info!("{msg}; no GID to look up");
             return Ok(Vec::new());
         }
     };

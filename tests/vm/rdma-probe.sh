@@ -8,11 +8,9 @@
 ip() { /usr/sbin/ip "$@"; }
 rdma() { /usr/sbin/rdma "$@"; }
 export PATH=/bin:/usr/bin:/usr/sbin
-ms() { awk '{ printf "%d", $1 * 1000 }' /proc/uptime; }
+. /rdmalib.sh
 T0=$(ms)
-since() { echo "$(( $(ms) - $1 ))ms"; }
 probe() { echo "PROBE $1 $2 $3"; }
-log() { sed "s|^|VMLOG $1: |"; }
 A=10.7.0.1; B=10.7.0.2
 
 PF=""; PF2=""
@@ -116,24 +114,7 @@ else
 fi
 echo "$(ls /dev/infiniband/ 2>&1 | tr '\n' ' ')" | log /dev/infiniband
 
-# pair NAME SERVER-TIMEOUT "SERVER-CMD" CLIENT-TIMEOUT "CLIENT-CMD": the server in podA, the client in
-# podB; sets OUT (client output) and RC (client exit), SOUT (server output).
-pair() {
-  name=$1
-  ip netns exec podA timeout "$2" $3 > /tmp/$name.server 2>&1 &
-  spid=$!
-  sleep 1
-  echo "podA: timeout $2 $3" | log "$name cmd"; echo "podB: timeout $4 $5" | log "$name cmd"
-  t=$(ms)
-  OUT=$(ip netns exec podB timeout "$4" $5 2>&1); RC=$?
-  EL=$(since $t)
-  for i in $(seq 1 50); do kill -0 $spid 2>/dev/null || break; sleep 0.1; done
-  kill $spid 2>/dev/null; wait $spid 2>/dev/null
-  SOUT=$(cat /tmp/$name.server)
-  echo "$OUT" | tail -6 | log "$name client"; echo "$SOUT" | tail -4 | log "$name server"
-  # WHY: the first error line of the client (else the server's, else the client's last line)
-  WHY=$( { echo "$OUT" | grep -iE 'fail|error|unable|couldn|conflict|terminated'; echo "$SOUT" | grep -iE 'fail|error|unable|couldn' | sed 's/^/server: /'; echo "$OUT" | tail -1; } | head -1)
-}
+pair() { pair_in podA podB "$@"; }
 
 pair ibv_rc_pingpong 60 "ibv_rc_pingpong -d rxeA -g $GA -n 500" 45 "ibv_rc_pingpong -d rxeB -g $GB -n 500 $A"
 bw=$(echo "$OUT" | sed -n 's/.*bytes in .* = \(.*\)/\1/p' | head -1); lat=$(echo "$OUT" | sed -n 's/.*iters in .* = \(.*\)/\1/p' | head -1)

@@ -2,6 +2,43 @@
 # Scenarios on real VFs of an emulated igb NIC. Each prints "RESULT <name> PASS|FAIL <why>" and checks
 # the kernel's view (ip link on the PF, the pod netns), not the plugin's own output.
 . /vmlib.sh
+. /rdmalib.sh
+KMAJ=$(uname -r | cut -d. -f1)
+if [ "$KMAJ" -ge 7 ]; then
+# 10a (7.x). Exclusive mode, where this kernel does move a software RDMA device between namespaces: the plugin
+# moves rxe2 (on VF 2's netdev) into the pod, then the netdev, and the kernel destroys rxe2 as its netdev changes
+# namespace (as 6.12 does). "isolated" must then fail, naming it, and roll back the netdev and the PF; "auto"
+# goes on with the netdev. What the kernel did is asserted: rxe2 is gone from the host and from the pod.
+V2=$(VFN 2); P2=$(VFP 2)
+rdma link add rxe2 type rxe netdev "$V2" || echo "VMLOG rdma link add failed"
+rdma system set netns exclusive || echo "VMLOG rdma system set failed"
+echo "VMLOG $(rdma system show) $(rdma dev | tr '\n' ' ')"
+PFX_BEFORE=$(ip link show "$PF"); V2_BEFORE=$(ip -o link show "$V2" | cut -d' ' -f2-5)
+ip netns add pod10
+C10='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'","rdma":"isolated","logLevel":"info","vlan":12,"ipam":{"type":"static","addresses":[{"address":"10.4.0.1/24"}]}}'
+R=$(cni ADD c10 /var/run/netns/pod10 net1 "$C10"); E=$(cat /tmp/err)
+echo "VMLOG 10a isolated: $R"
+case "$R" in
+  *"RDMA device rxe2 is not visible from /var/run/netns/pod10 after the netdev moved"*)
+    [ "$PFX_BEFORE" = "$(ip link show "$PF")" ] && [ "$V2_BEFORE" = "$(ip -o link show "$V2" | cut -d' ' -f2-5)" ] \
+      && [ ! -e /var/lib/cni/sriov-rdma/$P2.json ] && ! rdma dev show rxe2 >/dev/null 2>&1 \
+      && [ -z "$(ip netns exec pod10 rdma dev 2>/dev/null)" ] \
+      && pass "rdma-exclusive-isolated-rxe-dies-with-its-netdev(named, rolled back)" \
+      || fail rdma-exclusive-isolated-rxe-dies-with-its-netdev "state changed: $(rdma dev) $(ip -o link show "$V2")" ;;
+  *) fail rdma-exclusive-isolated-rxe-dies-with-its-netdev "$R $E" ;;
+esac
+rdma link add rxe2 type rxe netdev "$V2" || echo "VMLOG rdma link add failed"
+R=$(cni ADD c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'","rdma":"auto","logLevel":"info"}')
+E=$(cat /tmp/err)
+case "$R" in
+  *'"interfaces"'*) ip -n pod10 link show net1 >/dev/null 2>&1 && pass rdma-exclusive-auto-moves-and-goes-on || fail rdma-exclusive-auto-moves-and-goes-on "no net1: $E" ;;
+  *) fail rdma-exclusive-auto-moves-and-goes-on "$R $E" ;;
+esac
+cni DEL c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'"}' || echo "VMLOG DEL10: $(cat /tmp/err)"
+ip netns del pod10
+rdma link delete rxe2 2>/dev/null
+rdma system set netns shared || echo "VMLOG back to shared failed"
+else
 # 10a. Soft-RoCE in exclusive mode (switchable only while no other netns exists, so first): real RDMA
 # netlink finds rxe on VF 2's netdev; the kernel refuses to move a software device: "isolated" fails and
 # rolls back cleanly, "auto" falls back and says why.
@@ -30,6 +67,7 @@ cni DEL c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","typ
 ip netns del pod10
 rdma link delete rxe2 2>/dev/null
 rdma system set netns shared || echo "VMLOG back to shared failed"
+fi
 
 # 10b. Shared mode: discovery finds rxe on VF 3's netdev; "isolated" fails before touching anything,
 # naming the fix; "auto" leaves it and says why.
@@ -357,3 +395,6 @@ if cni ADD cu /var/run/netns/podu net1 "$CU" >/dev/null; then
   else fail del-unopenable-netns-changes-nothing "rc=$rc $R $(cat /tmp/err)"; fi
 else fail del-unopenable-netns-changes-nothing "ADD: $(cat /tmp/err)"; fi
 ip netns del podu
+
+# RDMA traffic and isolation through plugin-attached VFs (rdma.sh).
+. /rdma.sh
