@@ -485,3 +485,63 @@ fn del_undoes_an_interrupted_add() {
     assert_eq!(identity(None, &vf), Some(before));
     assert!(bed.records().is_empty());
 }
+
+/// Runs the plugin with its address space limited to `kib` KiB (RLIMIT_AS: as root, RLIMIT_NPROC is not
+/// enforced, so the address space is what makes thread stacks and child processes fail here).
+fn limited(bed: &Bed, kib: u64, env: &std::collections::HashMap<String, String>, conf: &str) -> Run {
+    let bytes = kib * 1024;
+    run_plugin_with(&bed.sysfs, &bed.state, env, conf, move || {
+        let lim = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+        // SAFETY: setrlimit is async-signal-safe and `lim` is a valid rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn resource_limits_end_in_a_cni_error_never_a_signal() {
+    root_only!();
+    let mut bed = Bed::new("rlim", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let plain = conf_dev("1.0.0", &pci, r#","mtu":4000"#);
+    let with_ipam = conf_dev("1.0.0", &pci, &format!(r#","mtu":4000{}"#, static_ipam("10.77.0.40/24")));
+    let version: std::collections::HashMap<String, String> =
+        [("CNI_COMMAND".to_string(), "VERSION".to_string())].into_iter().collect();
+    let (mut started, mut thread_errors, mut attached) = (0, 0, 0);
+    // From "the binary cannot even be loaded" up to "ADD works": every limit in between must give JSON.
+    for kib in (4096..=32768u64).step_by(512) {
+        let v = limited(&bed, kib, &version, r#"{"cniVersion":"1.0.0"}"#);
+        if !v.ok || !v.stdout.starts_with('{') {
+            // The loader or the kernel's exec failed before main: nothing of ours ran.
+            continue;
+        }
+        started += 1;
+        for conf in [&plain, &with_ipam] {
+            let add = limited(&bed, kib, &bed.env("ADD", "rl1", &ns, "net1"), conf);
+            assert_eq!(add.signal, None, "ADD at RLIMIT_AS {kib} KiB died by a signal: {}", add.stderr);
+            let j: Value = serde_json::from_str(&add.stdout).unwrap_or_else(|e| {
+                panic!("ADD at {kib} KiB: stdout is not JSON ({e}): {:?} {}", add.stdout, add.stderr)
+            });
+            if add.ok {
+                attached += 1;
+            } else {
+                assert!(j["code"].as_u64().is_some() && j["msg"].as_str().is_some_and(|m| !m.is_empty()), "{j}");
+                if add.msg().contains("thread") {
+                    thread_errors += 1;
+                }
+            }
+            // Whatever happened, an unlimited DEL gives everything back.
+            bed.run("DEL", "rl1", &ns, "net1", conf).ok();
+            assert_eq!(identity(None, &vf), Some(before.clone()), "at {kib} KiB");
+            assert!(bed.records().is_empty(), "at {kib} KiB");
+        }
+    }
+    eprintln!("RLIMIT_AS scan: {started} limits started the binary, {thread_errors} thread errors, {attached} ADDs");
+    assert!(started > 0, "no limit in the scan let the binary start");
+    assert!(thread_errors > 0, "no limit in the scan reached a failing thread spawn: widen the scan");
+    assert!(attached > 0, "no limit in the scan let ADD succeed: widen the scan");
+}

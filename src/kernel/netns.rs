@@ -27,16 +27,20 @@ impl Netns {
         self.file.as_raw_fd()
     }
 
-    /// Runs `f` on a thread that has entered this namespace; the calling thread never moves.
+    /// Runs `f` on a thread that has entered this namespace; the calling thread never moves. A thread that
+    /// cannot be started (address space, thread limit) is an error, not an abort.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
         let fd = self.file.as_fd();
         std::thread::scope(|s| {
-            s.spawn(move || {
-                setns(fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
-                f()
-            })
-            .join()
-            .map_err(|_| io::Error::other("thread entering the network namespace panicked"))?
+            std::thread::Builder::new()
+                .name("netns".into())
+                .spawn_scoped(s, move || {
+                    setns(fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+                    f()
+                })
+                .map_err(|e| io::Error::new(e.kind(), format!("starting a thread to enter {}: {e}", self.path)))?
+                .join()
+                .map_err(|_| io::Error::other(format!("the thread entering {} panicked", self.path)))?
         })
     }
 

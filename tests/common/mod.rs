@@ -190,6 +190,8 @@ pub struct Run {
     pub ok: bool,
     pub stdout: String,
     pub stderr: String,
+    /// The signal that ended the plugin, if one did.
+    pub signal: Option<i32>,
 }
 
 impl Run {
@@ -214,6 +216,37 @@ impl Run {
 }
 
 pub fn run_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, conf: &str) -> Run {
+    run_plugin_with(sysfs, state, env, conf, || Ok(()))
+}
+
+/// The plugin as a runtime runs it: `env` only, the configuration on stdin. `pre` runs in the child before
+/// exec (resource limits); it must only make async-signal-safe calls.
+pub fn run_plugin_with(
+    sysfs: &Path,
+    state: &Path,
+    env: &HashMap<String, String>,
+    conf: &str,
+    pre: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) -> Run {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let mut cmd = plugin_command(sysfs, state, env);
+    // SAFETY: the hook's contract (above) is that it only makes async-signal-safe calls.
+    unsafe { cmd.pre_exec(pre) };
+    let mut child = cmd.spawn().expect("spawning sriov-rdma");
+    use std::io::Write;
+    // The plugin may exit without reading (e.g. killed by a limit before it gets there).
+    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
+    let out = child.wait_with_output().unwrap();
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        signal: out.status.signal(),
+    }
+}
+
+/// The plugin binary with a runtime's environment and piped stdio, not yet started.
+pub fn plugin_command(sysfs: &Path, state: &Path, env: &HashMap<String, String>) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sriov-rdma"));
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -223,15 +256,7 @@ pub fn run_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, con
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawning sriov-rdma");
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    Run {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    cmd
 }
 
 /// A 1.0.0 configuration for one VF by address, with extra keys.
