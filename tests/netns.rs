@@ -545,3 +545,64 @@ fn resource_limits_end_in_a_cni_error_never_a_signal() {
     assert!(thread_errors > 0, "no limit in the scan reached a failing thread spawn: widen the scan");
     assert!(attached > 0, "no limit in the scan let ADD succeed: widen the scan");
 }
+
+#[test]
+fn fifos_never_block_and_sigterm_ends_a_plugin_that_changed_nothing() {
+    use std::time::Duration;
+    root_only!();
+    let mut bed = Bed::new("fifo", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let fifo = bed.dir.join("fifo");
+    mkfifo(&fifo);
+    let conf = conf_dev("1.0.0", &pci, "");
+    let bounded = |env: &std::collections::HashMap<String, String>, conf: &str, what: &str| {
+        wait_bounded(spawn_plugin(&bed.sysfs, &bed.state, env, conf), Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{what} hung"))
+    };
+
+    // CNI_NETNS naming a FIFO, or a regular file: refused at once, naming the variable.
+    for path in [fifo.clone(), bed.dir.join("not-a-netns")] {
+        std::fs::write(bed.dir.join("not-a-netns"), "").unwrap();
+        let mut env = bed.env("ADD", "f1", &ns, "net1");
+        env.insert("CNI_NETNS".into(), path.display().to_string());
+        let r = bounded(&env, &conf, "ADD with a FIFO as CNI_NETNS");
+        assert!(r.msg().contains("CNI_NETNS") && r.msg().contains("not a network namespace"), "{}", r.msg());
+        let mut env = bed.env("DEL", "f1", &ns, "net1");
+        env.insert("CNI_NETNS".into(), path.display().to_string());
+        bounded(&env, &conf, "DEL with a FIFO as CNI_NETNS").ok();
+    }
+
+    // A FIFO as logFile: the plugin logs to stderr instead and says why.
+    let logged = conf_dev("1.0.0", &pci, &format!(r#","logFile":"{}""#, fifo.display()));
+    let r = bounded(&bed.env("ADD", "f1", &ns, "net1"), &logged, "ADD with a FIFO as logFile");
+    r.ok();
+    assert!(r.stderr.contains("logFile") && r.stderr.contains("logging to stderr"), "{}", r.stderr);
+    bounded(&bed.env("DEL", "f1", &ns, "net1"), &logged, "DEL with a FIFO as logFile").ok();
+    assert_eq!(identity(None, &vf), Some(before.clone()));
+
+    // SIGTERM while ADD (then DEL) waits for the VF lock, before it changed anything: the plugin ends.
+    let lock_path = bed.state.join(format!("{pci}.lock"));
+    let held = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
+    held.lock().unwrap();
+    let term = |cmd: &str| {
+        let child = spawn_plugin(&bed.sysfs, &bed.state, &bed.env(cmd, "f2", &ns, "net1"), &conf);
+        std::thread::sleep(Duration::from_millis(300));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
+        let r = wait_bounded(child, Duration::from_secs(3)).unwrap_or_else(|| panic!("{cmd} ignored SIGTERM"));
+        assert_eq!(r.signal, Some(libc::SIGTERM), "{cmd} waiting for the lock must end on SIGTERM: {}", r.stdout);
+    };
+    term("ADD");
+    assert!(bed.records().is_empty());
+    held.unlock().unwrap();
+    bed.run("ADD", "f2", &ns, "net1", &conf).ok();
+    held.lock().unwrap();
+    term("DEL");
+    held.unlock().unwrap();
+    assert_eq!(bed.records().len(), 1, "the DEL that was ended changed nothing");
+    bed.run("DEL", "f2", &ns, "net1", &conf).ok();
+    assert_eq!(identity(None, &vf), Some(before));
+    assert!(bed.records().is_empty());
+}

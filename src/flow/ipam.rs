@@ -5,6 +5,7 @@ use crate::cni::config::{NetConf, SUPPORTED_VERSIONS};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code};
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -129,7 +130,20 @@ fn exec_raw(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Targe
 
 fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) -> CniResult<Child> {
     crate::debug!("IPAM {kind} {command} for {}/{}", target.container_id, target.ifname);
-    let mut child = Command::new(plugin)
+    if matches!(command, "ADD" | "DEL") {
+        crate::flow::changing_state();
+    }
+    let mut cmd = Command::new(plugin);
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            // The plugin ignores SIGTERM/SIGINT while it changes state; its IPAM plugin must not inherit that.
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", target.container_id)
         .env("CNI_IFNAME", target.ifname)

@@ -19,8 +19,32 @@ impl Netns {
         Ok(Netns { file: File::open("/proc/thread-self/ns/net")?, path: "host".to_string() })
     }
 
+    /// Opens a namespace file (`/var/run/netns/X`, `/proc/PID/ns/net`). The open never blocks (a FIFO), and
+    /// anything but a namespace file is refused before it is used.
     pub fn open(path: &str) -> io::Result<Netns> {
-        Ok(Netns { file: File::open(Path::new(path))?, path: path.to_string() })
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(Path::new(path))?;
+        let mut fs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: the fd is open and `fs` is a writable statfs buffer.
+        if unsafe { libc::fstatfs(file.as_raw_fd(), fs.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstatfs succeeded and filled it.
+        let kind = unsafe { fs.assume_init() }.f_type;
+        // nsfs since Linux 3.19; /proc before that.
+        if kind != libc::NSFS_MAGIC && kind != libc::PROC_SUPER_MAGIC {
+            let what = match file.metadata() {
+                Ok(m) if m.file_type().is_dir() => "a directory",
+                Ok(m) if std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()) => "a FIFO",
+                Ok(m) if m.file_type().is_file() => "a regular file",
+                _ => "not a namespace file",
+            };
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not a network namespace ({what}, not an nsfs file)"),
+            ));
+        }
+        Ok(Netns { file, path: path.to_string() })
     }
 
     pub fn fd(&self) -> RawFd {

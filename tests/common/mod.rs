@@ -285,3 +285,41 @@ extern "C" {
     #[link_name = "getuid"]
     fn libc_getuid() -> u32;
 }
+
+/// Starts the plugin and hands it `conf` (stdin closed after it); see `wait_bounded`.
+pub fn spawn_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, conf: &str) -> std::process::Child {
+    let mut child = plugin_command(sysfs, state, env).spawn().expect("spawning sriov-rdma");
+    use std::io::Write;
+    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
+    child
+}
+
+/// Waits at most `limit` for a plugin started by `spawn_plugin`; one still running then is killed (SIGKILL)
+/// and `None` returned: it hung.
+pub fn wait_bounded(mut child: std::process::Child, limit: std::time::Duration) -> Option<Run> {
+    use std::os::unix::process::ExitStatusExt;
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match child.try_wait().expect("waiting for sriov-rdma") {
+            Some(_) => break,
+            None if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    }
+    let out = child.wait_with_output().expect("collecting the output of sriov-rdma");
+    Some(Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        signal: out.status.signal(),
+    })
+}
+
+pub fn mkfifo(p: &Path) {
+    let _ = fs::remove_file(p);
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+}
