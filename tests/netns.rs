@@ -606,3 +606,45 @@ fn fifos_never_block_and_sigterm_ends_a_plugin_that_changed_nothing() {
     assert_eq!(identity(None, &vf), Some(before));
     assert!(bed.records().is_empty());
 }
+
+/// The pid of a process that has exited (and been reaped).
+fn dead_pid() -> u32 {
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+#[test]
+fn temp_records_of_dead_writers_are_removed_by_del_gc_and_add() {
+    root_only!();
+    let mut bed = Bed::new("tmpr", 1);
+    let ns = bed.netns();
+    let pci = bed.vfs[0].0.clone();
+    let conf = conf_dev("1.1.0", &pci, "");
+    bed.run("DEL", "t0", &ns, "net1", &conf).ok(); // creates the state directory
+                                                   // What a SIGKILL between writing the temp record and renaming it leaves; and one of a live writer.
+    let mut live = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let live_tmp = bed.state.join(format!(".{pci}.json.{}", live.id()));
+    std::fs::write(&live_tmp, "{").unwrap();
+    let plant = || {
+        let p = bed.state.join(format!(".{pci}.json.{}", dead_pid()));
+        std::fs::write(&p, "{\"partial\":").unwrap();
+        p
+    };
+    let gc = [("CNI_COMMAND".to_string(), "GC".to_string()), ("CNI_PATH".into(), CNI_PATH.into())];
+    let gc_conf = r#"{"cniVersion":"1.1.0","name":"rdma-net","type":"sriov-rdma","cni.dev/valid-attachments":[]}"#;
+    for step in ["DEL", "GC", "ADD"] {
+        let dead = plant();
+        match step {
+            "GC" => bed.run_env(&gc.clone().into_iter().collect(), gc_conf).ok(),
+            cmd => bed.run(cmd, "t1", &ns, "net1", &conf).ok(),
+        };
+        assert!(!dead.exists(), "{step} left the temp record of a dead writer: {}", dead.display());
+        assert!(live_tmp.exists(), "{step} removed the temp record of a live writer");
+    }
+    bed.run("DEL", "t1", &ns, "net1", &conf).ok();
+    let _ = live.kill();
+    let _ = live.wait();
+    assert!(bed.records().is_empty());
+}

@@ -49,6 +49,21 @@ pub struct Attachment {
     pub device_info: Option<PathBuf>,
 }
 
+/// The writer's pid if `name` is one of the temp files this store creates (`.<pci>.json.<pid>`, `.status.<pid>`).
+fn temp_writer(name: &str) -> Option<u32> {
+    let (stem, pid) = name.strip_prefix('.')?.rsplit_once('.')?;
+    let pid: u32 = pid.parse().ok().filter(|p| *p > 0)?;
+    let ours = stem == "status" || stem.strip_suffix(".json").is_some_and(|p| PciAddr::parse(p).is_ok());
+    ours.then_some(pid)
+}
+
+/// Whether a process with this pid exists (EPERM: it does, owned by someone else).
+fn alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks for existence and permission.
+    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
+}
+
 /// The user this plugin runs as (root under a runtime).
 fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -107,9 +122,31 @@ fn not_regular(path: &Path, what: &str, seen: &str) -> CniError {
 }
 
 impl Store {
+    /// The store of this host; temp files of writers that died (SIGKILL between write and rename) are removed.
     pub fn open() -> CniResult<Store> {
         let dir = std::env::var_os("SRIOV_RDMA_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| DEFAULT_DIR.into());
-        Store::at(&dir)
+        let store = Store::at(&dir)?;
+        store.remove_dead_temps();
+        Ok(store)
+    }
+
+    /// Removes `.<pci>.json.<pid>` and `.status.<pid>` files whose writer is no longer alive. Best effort: a
+    /// failure is logged, never fatal; a live process with that pid keeps its file.
+    pub fn remove_dead_temps(&self) {
+        let Ok(rd) = fs::read_dir(&self.dir) else { return };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(temp_writer) else { continue };
+            if pid == std::process::id() || alive(pid) {
+                continue;
+            }
+            let p = e.path();
+            match fs::remove_file(&p) {
+                Ok(()) => crate::info!("removed {}, left by process {pid} that died while writing it", p.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => crate::warn!("removing {} of dead process {pid}: {e}", p.display()),
+            }
+        }
     }
 
     /// Creates the directory (0700) or checks the one that is there: a directory, not a symlink, owned by
@@ -441,5 +478,31 @@ mod tests {
         assert!(one.is_some_and(|m| m.contains("not a regular file")));
         assert_eq!(all.unwrap(), 1, "the good record is still listed");
         let _ = fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn temp_files_of_dead_writers_are_removed_others_kept() {
+        let s = store("dead");
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let dead = c.id();
+        c.wait().unwrap();
+        let names = [
+            (format!(".0000:3b:02.1.json.{dead}"), false),
+            (format!(".status.{dead}"), false),
+            (format!(".0000:3b:02.1.json.{}", std::process::id()), true), // ours: create_private replaces it
+            (".0000:3b:02.1.json.1".to_string(), true),                   // pid 1 is alive
+            (format!(".notours.json.{dead}"), true),
+            ("0000:3b:02.1.lock".to_string(), true),
+        ];
+        for (n, _) in &names {
+            fs::write(s.dir().join(n), "x").unwrap();
+        }
+        s.remove_dead_temps();
+        for (n, kept) in &names {
+            assert_eq!(s.dir().join(n).exists(), *kept, "{n}");
+        }
+        assert_eq!(temp_writer(".0000:3b:02.1.json.42"), Some(42));
+        assert_eq!(temp_writer(".0000:3b:02.1.json.x"), None);
+        assert_eq!(temp_writer("0000:3b:02.1.json"), None);
     }
 }
