@@ -6,10 +6,10 @@ mod common;
 use common::*;
 use serde_json::Value;
 
+/// Fails a test that cannot run as non-root, unless skipping is asked for (see `common::can_run`).
 macro_rules! root_only {
     () => {
-        if !is_root() {
-            eprintln!("skipped: needs root for network namespaces");
+        if !need_root() {
             return;
         }
     };

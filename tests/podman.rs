@@ -1,7 +1,8 @@
 //! A real container runtime: podman (CNI backend, runc) runs a container on a sriov-rdma network with a
-//! stand-in VF; `--rm` must run DEL and give the VF back. Root only; skipped where podman is missing
-//! (`.ci/run` installs it). The runtime's own DEL runs in a process podman spawns, so the plugin is
-//! reached through a wrapper that points it at the test's sysfs tree and state directory.
+//! stand-in VF; `--rm` must run DEL and give the VF back. Root, podman and runc (`.ci/run` installs them);
+//! without them the test fails unless SRIOV_RDMA_SKIP_ROOT_TESTS=1. The runtime's own DEL runs in a process
+//! podman spawns, so the plugin is reached through a wrapper that points it at the test's sysfs tree and
+//! state directory.
 
 mod common;
 use common::*;
@@ -11,11 +12,12 @@ use std::process::Command;
 
 #[test]
 fn podman_run_rm_attaches_and_gives_back_the_vf() {
-    if !is_root()
-        || Command::new("podman").arg("--version").output().is_err()
-        || !std::path::Path::new("/usr/sbin/runc").exists()
+    if !need_root()
+        || !can_run(
+            Command::new("podman").arg("--version").output().is_ok() && std::path::Path::new("/usr/sbin/runc").exists(),
+            "podman and /usr/sbin/runc (./scripts/install-deps.sh installs them)",
+        )
     {
-        eprintln!("skipped: needs root, podman and runc");
         return;
     }
     let bed = Bed::new("pod", 2);

@@ -272,6 +272,34 @@ pub fn static_ipam(addr: &str) -> String {
     )
 }
 
+/// Set to 1 to skip, rather than fail, the tests this machine cannot run (not root, no podman).
+pub const SKIP_VAR: &str = "SRIOV_RDMA_SKIP_ROOT_TESTS";
+
+/// Whether the calling test can run: true when `available`. Otherwise it fails — a test that cannot run
+/// must not pass — unless SRIOV_RDMA_SKIP_ROOT_TESTS=1 asks for skipping; then it says so on stderr (past the
+/// harness's capture) and returns false.
+#[track_caller]
+pub fn can_run(available: bool, needs: &str) -> bool {
+    if available {
+        return true;
+    }
+    let test = std::thread::current().name().unwrap_or("this test").to_string();
+    if std::env::var(SKIP_VAR).as_deref() == Ok("1") {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs {needs} ({SKIP_VAR}=1)");
+        return false;
+    }
+    panic!(
+        "{test} needs {needs} and cannot run here; run it as root (`sudo make test`), or set {SKIP_VAR}=1 to skip it"
+    );
+}
+
+/// `can_run` for root: network namespaces, veth, the netns moves.
+#[track_caller]
+pub fn need_root() -> bool {
+    can_run(is_root(), "root (network namespaces and veth)")
+}
+
 pub fn is_root() -> bool {
     nix_uid() == 0
 }
