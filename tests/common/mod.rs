@@ -351,3 +351,72 @@ pub fn mkfifo(p: &Path) {
     let _ = fs::remove_file(p);
     nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
 }
+
+/// A small seeded generator (splitmix64): the same seed gives the same run.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// The seed from `var` if set (to replay a run), else from the clock; the caller prints it.
+pub fn seed(var: &str) -> u64 {
+    match std::env::var(var) {
+        Ok(s) => s.parse().unwrap_or_else(|_| panic!("{var}={s:?} is not a number")),
+        Err(_) => {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+        }
+    }
+}
+
+/// The host-local leases in `dir` (one file per allocated address; `lock` and `last_reserved_ip.*` are not).
+pub fn leases(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+        .collect()
+}
+
+/// Files of the state directory other than the VF locks: records, temp records, probes.
+pub fn state_files(state: &Path) -> Vec<String> {
+    fs::read_dir(state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.ends_with(".lock"))
+        .collect()
+}
+
+pub fn host_local(subnet: &str, data_dir: &Path) -> String {
+    format!(
+        r#","ipam":{{"type":"host-local","ranges":[[{{"subnet":"{subnet}"}}]],"dataDir":"{}"}}"#,
+        data_dir.display()
+    )
+}
