@@ -13,8 +13,12 @@ struct Logger {
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
 
-/// Sets the level and sink once per process; a log file that cannot be opened falls back to stderr.
+/// Sets the level and sink once per process (later calls change nothing and open nothing); a log file that
+/// cannot be opened falls back to stderr.
 pub fn init(level: LogLevel, file: Option<&Path>) {
+    if LOGGER.get().is_some() {
+        return;
+    }
     let file = file.and_then(|p| match open_log(p) {
         Ok(f) => Some(Mutex::new(f)),
         Err(e) => {
