@@ -7,6 +7,34 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::Path;
 
+/// The stack of a namespace thread: it opens a socket or reads a few sysfs files.
+const THREAD_STACK: usize = 512 * 1024;
+/// What a new thread needs beyond its stack (its TLS, glibc's bookkeeping, the spawn's own allocations).
+const THREAD_HEADROOM: usize = 1024 * 1024;
+
+/// Fails when the address space (RLIMIT_AS) has no room for a thread. Past a successful stack mmap, the
+/// allocations of a starting thread abort the process when they fail (glibc: "failed to register TLS
+/// destructor"; Rust: "memory allocation failed"), so the room is checked first, where it is an error.
+fn room_for_a_thread() -> io::Result<()> {
+    let len = THREAD_STACK + THREAD_HEADROOM;
+    // SAFETY: a fresh anonymous PROT_NONE mapping, unmapped right away; nothing refers to it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        libc::munmap(p, len);
+    }
+    Ok(())
+}
+
 /// An open handle on a network namespace.
 pub struct Netns {
     file: File,
@@ -55,9 +83,13 @@ impl Netns {
     /// cannot be started (address space, thread limit) is an error, not an abort.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
         let fd = self.file.as_fd();
+        room_for_a_thread().map_err(|e| {
+            io::Error::new(e.kind(), format!("no memory left to start a thread to enter {}: {e}", self.path))
+        })?;
         std::thread::scope(|s| {
             std::thread::Builder::new()
                 .name("netns".into())
+                .stack_size(THREAD_STACK)
                 .spawn_scoped(s, move || {
                     setns(fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
                     f()
