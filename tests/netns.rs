@@ -513,7 +513,8 @@ fn resource_limits_end_in_a_cni_error_never_a_signal() {
         [("CNI_COMMAND".to_string(), "VERSION".to_string())].into_iter().collect();
     let (mut started, mut thread_errors, mut attached) = (0, 0, 0);
     // From "the binary cannot even be loaded" up to "ADD works": every limit in between must give JSON.
-    for kib in (4096..=32768u64).step_by(512) {
+    let step: usize = std::env::var("SRIOV_RDMA_RLIMIT_STEP_KIB").ok().and_then(|s| s.parse().ok()).unwrap_or(256);
+    for kib in (4096..=32768u64).step_by(step) {
         let v = limited(&bed, kib, &version, r#"{"cniVersion":"1.0.0"}"#);
         if !v.ok || !v.stdout.starts_with('{') {
             // The loader or the kernel's exec failed before main: nothing of ours ran.
@@ -588,7 +589,13 @@ fn fifos_never_block_and_sigterm_ends_a_plugin_that_changed_nothing() {
     held.lock().unwrap();
     let term = |cmd: &str| {
         let child = spawn_plugin(&bed.sysfs, &bed.state, &bed.env(cmd, "f2", &ns, "net1"), &conf);
-        std::thread::sleep(Duration::from_millis(300));
+        // Wait until it sleeps: the only sleep before anything changes is the backoff of its wait for the lock.
+        let wchan = format!("/proc/{}/wchan", child.id());
+        let waiting = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read_to_string(&wchan).is_ok_and(|w| w.contains("nanosleep"))
+        });
+        assert!(waiting, "{cmd} never reached the wait for the VF lock");
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
             .unwrap();
         let r = wait_bounded(child, Duration::from_secs(3)).unwrap_or_else(|| panic!("{cmd} ignored SIGTERM"));
