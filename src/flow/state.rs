@@ -2,7 +2,7 @@
 //!
 //! `/var/lib/cni/sriov-rdma/<pci>.json` (0600, directory 0700), plus `<pci>.lock` for the per-VF flock.
 //! `SRIOV_RDMA_STATE_DIR` moves it (tests). The directory must be a real directory owned by this plugin's
-//! user (a more open mode is set back to 0700); no file in it is opened through a symlink, by an open that
+//! user (any other mode is set back to 0700); no file in it is opened through a symlink, by an open that
 //! can block (a FIFO), or at all unless it is a regular file.
 
 use crate::cni::config::VfSettings;
@@ -150,7 +150,7 @@ impl Store {
     }
 
     /// Creates the directory (0700) or checks the one that is there: a directory, not a symlink, owned by
-    /// this plugin's user; its mode is set to 0700 if it was more open. Anything else is refused.
+    /// this plugin's user; any other mode is set to 0700. Anything else is refused, naming the directory.
     pub fn at(dir: &Path) -> CniResult<Store> {
         fs::DirBuilder::new()
             .recursive(true)
