@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::Instant;
 
 mod common;
-use common::{seed, Rng};
+use common::{seed, Rng, Scratch};
 
 const NOWHERE: &str = "/nonexistent-sriov-rdma-fuzz";
 
@@ -307,8 +307,8 @@ fn mutated_configs_and_env_never_panic_and_always_answer_in_cni_json() {
     let iterations: usize =
         std::env::var("SRIOV_RDMA_FUZZ_ITERATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000);
     eprintln!("fuzz: seed {seed} (SRIOV_RDMA_FUZZ_SEED={seed} replays it), {iterations} iterations");
-    let tmp = std::env::temp_dir().join(format!("sriov-rdma-fuzz-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let scratch = Scratch::new("fuzz");
+    let tmp = scratch.0.clone();
     for d in ["sys", "state", "bin"] {
         std::fs::create_dir_all(tmp.join(d)).unwrap();
     }
@@ -437,5 +437,4 @@ fn mutated_configs_and_env_never_panic_and_always_answer_in_cni_json() {
     let state: Vec<_> = std::fs::read_dir(tmp.join("state")).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(state.is_empty(), "the fuzz left {state:?} in the state directory");
     assert!(!Path::new(NOWHERE).exists());
-    let _ = std::fs::remove_dir_all(&tmp);
 }

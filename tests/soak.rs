@@ -205,8 +205,8 @@ fn a_thousand_add_del_cycles_leak_nothing() {
     }
     let seed = seed("SRIOV_RDMA_SOAK_SEED");
     eprintln!("soak: seed {seed} (SRIOV_RDMA_SOAK_SEED={seed} replays it)");
-    let top = std::env::temp_dir().join(format!("sriov-rdma-soak-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&top);
+    let scratch = Scratch::new("soak");
+    let top = scratch.0.clone();
     let log = top.join("fdlog");
     let cni_bin = fd_probe(&top, &log);
     let inherited = inheritable_fds();
@@ -269,5 +269,4 @@ fn a_thousand_add_del_cycles_leak_nothing() {
     );
     assert!(peak <= 16, "sriov-rdma held {peak} fds of its own while IPAM ran");
     assert!(late <= early, "fds held by the plugin grew over the soak: {early} early, {late} late");
-    let _ = fs::remove_dir_all(&top);
 }
