@@ -27,11 +27,16 @@ deps:
 # The test command: lint, unit and real-netns integration tests, then the emulated SR-IOV machine (root).
 test: unit e2e
 
+# The soak, crash and fuzz tests run on their own line with --nocapture so their figures (cycles/s,
+# seeds, trials, iterations) show; plain `cargo test` runs them with everything else.
+LONG_TESTS = a_thousand_add_del_cycles_leak_nothing sigkill_at_random_moments mutated_configs_and_env
+
 # tests/install.rs checks the release binary and the image built from it: build it first.
 unit: deps release
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) test --all-targets -- --test-threads=4
+	$(CARGO) test --all-targets -- --test-threads=4 $(addprefix --skip ,$(LONG_TESTS))
+	$(CARGO) test --test soak --test crash --test fuzz -- --nocapture
 
 # Guest kernels of the emulated SR-IOV machine: 6.12 (bookworm-backports) and 7 (trixie-backports, the one
 # whose Soft-RoCE carries traffic from inside a pod netns; see tests/vm/rdma-probe.sh).

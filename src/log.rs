@@ -13,9 +13,13 @@ struct Logger {
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
 
-/// Sets the level and sink once per process; a log file that cannot be opened falls back to stderr.
+/// Sets the level and sink once per process (later calls change nothing and open nothing); a log file that
+/// cannot be opened falls back to stderr.
 pub fn init(level: LogLevel, file: Option<&Path>) {
-    let file = file.and_then(|p| match OpenOptions::new().create(true).append(true).open(p) {
+    if LOGGER.get().is_some() {
+        return;
+    }
+    let file = file.and_then(|p| match open_log(p) {
         Ok(f) => Some(Mutex::new(f)),
         Err(e) => {
             eprintln!("sriov-rdma: opening logFile {}: {e}; logging to stderr", p.display());
@@ -23,6 +27,21 @@ pub fn init(level: LogLevel, file: Option<&Path>) {
         }
     });
     let _ = LOGGER.set(Logger { level, file });
+}
+
+/// Opens the log for appending without ever blocking: a FIFO (or socket) would stall the plugin on open or on
+/// a write, so only a regular file or a character device (`/dev/null`) is taken.
+fn open_log(p: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let f = OpenOptions::new().create(true).append(true).custom_flags(libc::O_NONBLOCK).open(p)?;
+    let t = f.metadata()?.file_type();
+    if !(t.is_file() || t.is_char_device()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, socket or directory would block or cannot be appended to)",
+        ));
+    }
+    Ok(f)
 }
 
 pub fn enabled(level: LogLevel) -> bool {

@@ -3,7 +3,7 @@
 //! that is executing without disturbing it, and stays up with `--sleep` until SIGTERM.
 //!
 //! They test target/release/sriov-rdma, which `make unit` builds first (`make release`); a missing or stale
-//! one fails. Root, podman and runc are needed (`make deps`); SRIOV_RDMA_SKIP_UNAVAILABLE=1 skips instead.
+//! one fails. Root, podman and runc are needed (`make deps`); SRIOV_RDMA_SKIP_ROOT_TESTS=1 skips instead.
 
 mod common;
 use common::*;

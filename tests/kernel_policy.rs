@@ -10,8 +10,7 @@ use sriov_rdma_cni::kernel::vf::{NetlinkPf, Pf, PfControl, VfSetting};
 
 #[test]
 fn every_vf_setting_has_a_layout_the_kernel_accepts() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !need_root() {
         return;
     }
     let _ = sh(&["ip", "link", "del", "tkpol0"]);

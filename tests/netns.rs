@@ -6,10 +6,10 @@ mod common;
 use common::*;
 use serde_json::Value;
 
+/// Fails a test that cannot run as non-root, unless skipping is asked for (see `common::can_run`).
 macro_rules! root_only {
     () => {
-        if !is_root() {
-            eprintln!("skipped: needs root for network namespaces");
+        if !need_root() {
             return;
         }
     };
@@ -483,5 +483,175 @@ fn del_undoes_an_interrupted_add() {
     assert!(report.contains("interrupted ADD"), "{report}");
     bed.run("DEL", "c1", &ns, "net1", &conf).ok();
     assert_eq!(identity(None, &vf), Some(before));
+    assert!(bed.records().is_empty());
+}
+
+/// Runs the plugin with its address space limited to `kib` KiB (RLIMIT_AS: as root, RLIMIT_NPROC is not
+/// enforced, so the address space is what makes thread stacks and child processes fail here).
+fn limited(bed: &Bed, kib: u64, env: &std::collections::HashMap<String, String>, conf: &str) -> Run {
+    let bytes = kib * 1024;
+    run_plugin_with(&bed.sysfs, &bed.state, env, conf, move || {
+        let lim = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+        // SAFETY: setrlimit is async-signal-safe and `lim` is a valid rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn resource_limits_end_in_a_cni_error_never_a_signal() {
+    root_only!();
+    let mut bed = Bed::new("rlim", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let plain = conf_dev("1.0.0", &pci, r#","mtu":4000"#);
+    let with_ipam = conf_dev("1.0.0", &pci, &format!(r#","mtu":4000{}"#, static_ipam("10.77.0.40/24")));
+    let version: std::collections::HashMap<String, String> =
+        [("CNI_COMMAND".to_string(), "VERSION".to_string())].into_iter().collect();
+    let (mut started, mut thread_errors, mut attached) = (0, 0, 0);
+    // From "the binary cannot even be loaded" up to "ADD works": every limit in between must give JSON.
+    let step: usize = std::env::var("SRIOV_RDMA_RLIMIT_STEP_KIB").ok().and_then(|s| s.parse().ok()).unwrap_or(256);
+    for kib in (4096..=32768u64).step_by(step) {
+        let v = limited(&bed, kib, &version, r#"{"cniVersion":"1.0.0"}"#);
+        if !v.ok || !v.stdout.starts_with('{') {
+            // The loader or the kernel's exec failed before main: nothing of ours ran.
+            continue;
+        }
+        started += 1;
+        for conf in [&plain, &with_ipam] {
+            let add = limited(&bed, kib, &bed.env("ADD", "rl1", &ns, "net1"), conf);
+            assert_eq!(add.signal, None, "ADD at RLIMIT_AS {kib} KiB died by a signal: {}", add.stderr);
+            let j: Value = serde_json::from_str(&add.stdout).unwrap_or_else(|e| {
+                panic!("ADD at {kib} KiB: stdout is not JSON ({e}): {:?} {}", add.stdout, add.stderr)
+            });
+            if add.ok {
+                attached += 1;
+            } else {
+                assert!(j["code"].as_u64().is_some() && j["msg"].as_str().is_some_and(|m| !m.is_empty()), "{j}");
+                if add.msg().contains("thread") {
+                    thread_errors += 1;
+                }
+            }
+            // Whatever happened, an unlimited DEL gives everything back.
+            bed.run("DEL", "rl1", &ns, "net1", conf).ok();
+            assert_eq!(identity(None, &vf), Some(before.clone()), "at {kib} KiB");
+            assert!(bed.records().is_empty(), "at {kib} KiB");
+        }
+    }
+    eprintln!("RLIMIT_AS scan: {started} limits started the binary, {thread_errors} thread errors, {attached} ADDs");
+    assert!(started > 0, "no limit in the scan let the binary start");
+    assert!(thread_errors > 0, "no limit in the scan reached a failing thread spawn: widen the scan");
+    assert!(attached > 0, "no limit in the scan let ADD succeed: widen the scan");
+}
+
+#[test]
+fn fifos_never_block_and_sigterm_ends_a_plugin_that_changed_nothing() {
+    use std::time::Duration;
+    root_only!();
+    let mut bed = Bed::new("fifo", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let fifo = bed.dir.join("fifo");
+    mkfifo(&fifo);
+    let conf = conf_dev("1.0.0", &pci, "");
+    let bounded = |env: &std::collections::HashMap<String, String>, conf: &str, what: &str| {
+        wait_bounded(spawn_plugin(&bed.sysfs, &bed.state, env, conf), Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{what} hung"))
+    };
+
+    // CNI_NETNS naming a FIFO, or a regular file: refused at once, naming the variable.
+    for path in [fifo.clone(), bed.dir.join("not-a-netns")] {
+        std::fs::write(bed.dir.join("not-a-netns"), "").unwrap();
+        let mut env = bed.env("ADD", "f1", &ns, "net1");
+        env.insert("CNI_NETNS".into(), path.display().to_string());
+        let r = bounded(&env, &conf, "ADD with a FIFO as CNI_NETNS");
+        assert!(r.msg().contains("CNI_NETNS") && r.msg().contains("not a network namespace"), "{}", r.msg());
+        let mut env = bed.env("DEL", "f1", &ns, "net1");
+        env.insert("CNI_NETNS".into(), path.display().to_string());
+        bounded(&env, &conf, "DEL with a FIFO as CNI_NETNS").ok();
+    }
+
+    // A FIFO as logFile: the plugin logs to stderr instead and says why.
+    let logged = conf_dev("1.0.0", &pci, &format!(r#","logFile":"{}""#, fifo.display()));
+    let r = bounded(&bed.env("ADD", "f1", &ns, "net1"), &logged, "ADD with a FIFO as logFile");
+    r.ok();
+    assert!(r.stderr.contains("logFile") && r.stderr.contains("logging to stderr"), "{}", r.stderr);
+    bounded(&bed.env("DEL", "f1", &ns, "net1"), &logged, "DEL with a FIFO as logFile").ok();
+    assert_eq!(identity(None, &vf), Some(before.clone()));
+
+    // SIGTERM while ADD (then DEL) waits for the VF lock, before it changed anything: the plugin ends.
+    let lock_path = bed.state.join(format!("{pci}.lock"));
+    let held = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).unwrap();
+    held.lock().unwrap();
+    let term = |cmd: &str| {
+        let child = spawn_plugin(&bed.sysfs, &bed.state, &bed.env(cmd, "f2", &ns, "net1"), &conf);
+        // Wait until it sleeps: the only sleep before anything changes is the backoff of its wait for the lock.
+        let wchan = format!("/proc/{}/wchan", child.id());
+        let waiting = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read_to_string(&wchan).is_ok_and(|w| w.contains("nanosleep"))
+        });
+        assert!(waiting, "{cmd} never reached the wait for the VF lock");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
+        let r = wait_bounded(child, Duration::from_secs(3)).unwrap_or_else(|| panic!("{cmd} ignored SIGTERM"));
+        assert_eq!(r.signal, Some(libc::SIGTERM), "{cmd} waiting for the lock must end on SIGTERM: {}", r.stdout);
+    };
+    term("ADD");
+    assert!(bed.records().is_empty());
+    held.unlock().unwrap();
+    bed.run("ADD", "f2", &ns, "net1", &conf).ok();
+    held.lock().unwrap();
+    term("DEL");
+    held.unlock().unwrap();
+    assert_eq!(bed.records().len(), 1, "the DEL that was ended changed nothing");
+    bed.run("DEL", "f2", &ns, "net1", &conf).ok();
+    assert_eq!(identity(None, &vf), Some(before));
+    assert!(bed.records().is_empty());
+}
+
+/// The pid of a process that has exited (and been reaped).
+fn dead_pid() -> u32 {
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+#[test]
+fn temp_records_of_dead_writers_are_removed_by_del_gc_and_add() {
+    root_only!();
+    let mut bed = Bed::new("tmpr", 1);
+    let ns = bed.netns();
+    let pci = bed.vfs[0].0.clone();
+    let conf = conf_dev("1.1.0", &pci, "");
+    bed.run("DEL", "t0", &ns, "net1", &conf).ok(); // creates the state directory
+                                                   // What a SIGKILL between writing the temp record and renaming it leaves; and one of a live writer.
+    let mut live = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let live_tmp = bed.state.join(format!(".{pci}.json.{}", live.id()));
+    std::fs::write(&live_tmp, "{").unwrap();
+    let plant = || {
+        let p = bed.state.join(format!(".{pci}.json.{}", dead_pid()));
+        std::fs::write(&p, "{\"partial\":").unwrap();
+        p
+    };
+    let gc = [("CNI_COMMAND".to_string(), "GC".to_string()), ("CNI_PATH".into(), CNI_PATH.into())];
+    let gc_conf = r#"{"cniVersion":"1.1.0","name":"rdma-net","type":"sriov-rdma","cni.dev/valid-attachments":[]}"#;
+    for step in ["DEL", "GC", "ADD"] {
+        let dead = plant();
+        match step {
+            "GC" => bed.run_env(&gc.clone().into_iter().collect(), gc_conf).ok(),
+            cmd => bed.run(cmd, "t1", &ns, "net1", &conf).ok(),
+        };
+        assert!(!dead.exists(), "{step} left the temp record of a dead writer: {}", dead.display());
+        assert!(live_tmp.exists(), "{step} removed the temp record of a live writer");
+    }
+    bed.run("DEL", "t1", &ns, "net1", &conf).ok();
+    let _ = live.kill();
+    let _ = live.wait();
     assert!(bed.records().is_empty());
 }

@@ -1,6 +1,6 @@
 //! A real container runtime: podman (CNI backend, runc) runs a container on a sriov-rdma network with a
 //! stand-in VF; `--rm` must run DEL and give the VF back. Root only; without podman and runc (`make deps`
-//! installs them) it fails, unless SRIOV_RDMA_SKIP_UNAVAILABLE=1. The runtime's own DEL runs in a process
+//! installs them) it fails, unless SRIOV_RDMA_SKIP_ROOT_TESTS=1. The runtime's own DEL runs in a process
 //! podman spawns, so the plugin is reached through a wrapper that points it at the test's sysfs tree and
 //! state directory.
 

@@ -192,10 +192,9 @@ pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
 pub fn status(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let unavailable = |msg: String| CniError::new(Code::NotAvailable, msg);
     let store = Store::open().map_err(|e| unavailable(e.msg))?;
-    let probe = store.dir().join(format!(".status.{}", std::process::id()));
-    std::fs::write(&probe, b"")
+    store
+        .probe_writable()
         .map_err(|e| unavailable(format!("state directory {} is not writable: {e}", store.dir().display())))?;
-    let _ = std::fs::remove_file(&probe);
     if let Some(crate::cni::config::VfSource::Pf(pf)) = &conf.source {
         Sysfs::from_env().pf_pci(pf).map_err(|e| unavailable(e.msg))?;
     }

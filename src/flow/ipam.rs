@@ -5,6 +5,7 @@ use crate::cni::config::{NetConf, SUPPORTED_VERSIONS};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code};
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -132,9 +133,21 @@ fn exec_raw(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Targe
 
 fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) -> CniResult<Child> {
     crate::debug!("IPAM {kind} {command} for {}/{}", target.container_id, target.ifname);
+    if matches!(command, "ADD" | "DEL") {
+        crate::flow::changing_state();
+    }
     let mut cmd = Command::new(plugin);
     if !target.path.is_empty() {
         cmd.env("CNI_PATH", std::env::join_paths(target.path).unwrap_or_default());
+    }
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            // The plugin ignores SIGTERM/SIGINT while it changes state; its IPAM plugin must not inherit that.
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
     }
     let mut child = cmd
         .env("CNI_COMMAND", command)
@@ -147,7 +160,18 @@ fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) 
         .spawn()
         .map_err(|e| CniError::io(format!("running IPAM plugin {}: {e}", plugin.display())))?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(raw).map_err(|e| CniError::io(format!("writing the config to IPAM plugin {kind}: {e}")))?;
+        match stdin.write_all(raw) {
+            Ok(()) => {}
+            // A plugin may answer (or fail) without reading its config and exit; what it printed is the answer.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                crate::debug!("IPAM {kind} {command} exited without reading its configuration");
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CniError::io(format!("writing the config to IPAM plugin {kind}: {e}")));
+            }
+        }
     }
     Ok(child)
 }
@@ -179,4 +203,66 @@ fn finish(child: Child, kind: &str, command: &str) -> CniResult<Vec<u8>> {
         _ => Code::Io,
     };
     Err(CniError::new(code, format!("IPAM plugin {kind} {command}: {msg}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::env::Command as CniCommand;
+    use std::collections::HashMap;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A plugin that never reads stdin, like one that fails (or answers) before reading its config. With a
+    /// config larger than a pipe holds, writing it can only end in EPIPE: deterministic, not a 1% race.
+    const NO_READ: &str = r#"#!/bin/sh
+case "$CNI_COMMAND" in
+VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.3.1","0.4.0","1.0.0"]}' ;;
+ADD)
+  if [ -e "$0.called" ]; then
+    echo '{"cniVersion":"1.0.0","ips":[{"address":"10.9.0.2/24"}]}'
+  else
+    : > "$0.called"
+    echo '{"cniVersion":"1.1.0","code":1,"msg":"incompatible CNI versions"}'
+    exit 1
+  fi ;;
+DEL) echo '{"cniVersion":"1.0.0","code":7,"msg":"no such range r0"}'; exit 1 ;;
+CHECK) exit 0 ;;
+esac
+"#;
+
+    fn setup(name: &str) -> (PathBuf, NetConf, CniEnv) {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-ipam-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let plugin = dir.join("no-read");
+        std::fs::write(&plugin, NO_READ).unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let pad = "x".repeat(1 << 20);
+        let raw = format!(r#"{{"cniVersion":"1.1.0","name":"n","ipam":{{"type":"no-read"}},"pad":"{pad}"}}"#);
+        let conf = NetConf::parse(raw.as_bytes(), &HashMap::new()).unwrap();
+        let env = CniEnv {
+            command: CniCommand::Add,
+            container_id: "c1".into(),
+            netns: "/nonexistent".into(),
+            ifname: "net1".into(),
+            args: HashMap::new(),
+            path: vec![dir.clone()],
+        };
+        (dir, conf, env)
+    }
+
+    #[test]
+    fn a_plugin_that_exits_without_reading_stdin_is_answered_by_its_output() {
+        let (dir, conf, env) = setup("noread");
+        let t = Target::of_env(&env);
+        // ADD: code 1 first, then VERSION, then ADD again with 1.0.0 — none of them reads the config.
+        let out = exec(&conf, &env, "ADD", &t).expect("the retry after VERSION gives the plugin's result");
+        assert!(String::from_utf8_lossy(&out).contains("10.9.0.2/24"));
+        // Its error is what the caller sees, not a broken pipe.
+        let e = exec(&conf, &env, "DEL", &t).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig, "{e}");
+        assert!(e.msg.contains("no such range r0"), "{e}");
+        exec(&conf, &env, "CHECK", &t).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -17,13 +17,18 @@ pub struct Outcome {
     pub ok: bool,
 }
 
-fn ignore_termination() {
-    use nix::sys::signal::{signal, SigHandler, Signal};
-    // A half-done change is worse than a slow one.
-    for s in [Signal::SIGTERM, Signal::SIGINT] {
-        // SAFETY: SIG_IGN installs no handler code.
-        let _ = unsafe { signal(s, SigHandler::SigIgn) };
-    }
+/// Called where state is about to change (a VF lock taken, an IPAM ADD/DEL started): from then on SIGTERM and
+/// SIGINT are ignored, since a half-done change is worse than a slow one. Before that (validation, lookups,
+/// waiting for a lock) the runtime's SIGTERM ends the plugin, which has nothing to undo yet.
+pub fn changing_state() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use nix::sys::signal::{signal, SigHandler, Signal};
+        for s in [Signal::SIGTERM, Signal::SIGINT] {
+            // SAFETY: SIG_IGN installs no handler code.
+            let _ = unsafe { signal(s, SigHandler::SigIgn) };
+        }
+    });
 }
 
 fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Option<String>> {
@@ -49,21 +54,16 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     };
     match env.command {
         Command::Add => {
-            ignore_termination();
             let r = attach::add(&conf, &env)?;
             Ok(Some(r.to_json(conf.version).to_string()))
         }
-        Command::Del => {
-            ignore_termination();
-            attach::del(&conf, &env).map(|_| None)
-        }
+        Command::Del => attach::del(&conf, &env).map(|_| None),
         Command::Check => {
             need(Version::V0_4_0, "CHECK")?;
             check::check(&conf, &env).map(|_| None)
         }
         Command::Gc => {
             need(Version::V1_1_0, "GC")?;
-            ignore_termination();
             check::gc(&conf, &env).map(|_| None)
         }
         Command::Status => {

@@ -1,7 +1,9 @@
 //! The attachment record: one file per VF, written before the first change and removed after the last undo.
 //!
 //! `/var/lib/cni/sriov-rdma/<pci>.json` (0600, directory 0700), plus `<pci>.lock` for the per-VF flock.
-//! `SRIOV_RDMA_STATE_DIR` moves it (tests).
+//! `SRIOV_RDMA_STATE_DIR` moves it (tests). The directory must be a real directory owned by this plugin's
+//! user (any other mode is set back to 0700); no file in it is opened through a symlink, by an open that
+//! can block (a FIFO), or at all unless it is a regular file.
 
 use crate::cni::config::VfSettings;
 use crate::cni::error::{CniError, CniResult, Code, IoContext};
@@ -9,8 +11,8 @@ use crate::cni::types::PciAddr;
 use crate::kernel::link::Link;
 use crate::kernel::vf::VfState;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -53,6 +55,27 @@ pub struct Attachment {
     pub cni_path: Vec<PathBuf>,
 }
 
+/// The writer's pid if `name` is one of the temp files this store creates (`.<pci>.json.<pid>`, `.status.<pid>`).
+fn temp_writer(name: &str) -> Option<u32> {
+    let (stem, pid) = name.strip_prefix('.')?.rsplit_once('.')?;
+    let pid: u32 = pid.parse().ok().filter(|p| *p > 0)?;
+    let ours = stem == "status" || stem.strip_suffix(".json").is_some_and(|p| PciAddr::parse(p).is_ok());
+    ours.then_some(pid)
+}
+
+/// Whether a process with this pid exists (EPERM: it does, owned by someone else).
+fn alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks for existence and permission.
+    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
+}
+
+/// The user this plugin runs as (root under a runtime).
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 pub struct Store {
     dir: PathBuf,
 }
@@ -62,18 +85,110 @@ pub struct VfLock {
     _file: File,
 }
 
+/// Opens a file of the state directory without following a symlink and without blocking (a FIFO), and
+/// accepts only a regular file; `what` names it in errors. `None` when it does not exist.
+fn open_regular(path: &Path, opts: &mut OpenOptions, what: &str) -> CniResult<Option<File>> {
+    let f = match opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // ELOOP: the last component is a symlink; ENXIO: a FIFO (or socket) nobody reads.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(not_regular(path, what, "a symbolic link")),
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Err(not_regular(path, what, "a FIFO or socket")),
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => return Err(not_regular(path, what, "a directory")),
+        Err(e) => return Err(CniError::io(format!("opening {what} {}: {e}", path.display()))),
+    };
+    let md = f.metadata().ctx(|| format!("inspecting {what} {}", path.display()))?;
+    if !md.file_type().is_file() {
+        return Err(not_regular(path, what, kind_of(&md)));
+    }
+    Ok(Some(f))
+}
+
+fn kind_of(md: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = md.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}
+
+fn not_regular(path: &Path, what: &str, seen: &str) -> CniError {
+    CniError::io(format!(
+        "{what} {} is not a regular file ({seen}); something other than this plugin put it there: remove it",
+        path.display()
+    ))
+}
+
 impl Store {
+    /// The store of this host; temp files of writers that died (SIGKILL between write and rename) are removed.
     pub fn open() -> CniResult<Store> {
         let dir = std::env::var_os("SRIOV_RDMA_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| DEFAULT_DIR.into());
-        Store::at(&dir)
+        let store = Store::at(&dir)?;
+        store.remove_dead_temps();
+        Ok(store)
     }
 
+    /// Removes `.<pci>.json.<pid>` and `.status.<pid>` files whose writer is no longer alive. Best effort: a
+    /// failure is logged, never fatal; a live process with that pid keeps its file.
+    pub fn remove_dead_temps(&self) {
+        let Ok(rd) = fs::read_dir(&self.dir) else { return };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(temp_writer) else { continue };
+            if pid == std::process::id() || alive(pid) {
+                continue;
+            }
+            let p = e.path();
+            match fs::remove_file(&p) {
+                Ok(()) => crate::info!("removed {}, left by process {pid} that died while writing it", p.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => crate::warn!("removing {} of dead process {pid}: {e}", p.display()),
+            }
+        }
+    }
+
+    /// Creates the directory (0700) or checks the one that is there: a directory, not a symlink, owned by
+    /// this plugin's user; any other mode is set to 0700. Anything else is refused, naming the directory.
     pub fn at(dir: &Path) -> CniResult<Store> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
             .ctx(|| format!("creating the state directory {}", dir.display()))?;
+        let refuse = |why: String| CniError::io(format!("state directory {}: {why}", dir.display()));
+        let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(dir).map_err(
+            |e| match e.raw_os_error() {
+                // O_DIRECTORY | O_NOFOLLOW on a symlink answers ELOOP or ENOTDIR depending on the kernel.
+                Some(libc::ELOOP | libc::ENOTDIR) if fs::symlink_metadata(dir).is_ok_and(|m| m.is_symlink()) => {
+                    refuse("is a symbolic link; point SRIOV_RDMA_STATE_DIR at the real directory".into())
+                }
+                Some(libc::ENOTDIR) => refuse("is not a directory".into()),
+                _ => refuse(format!("opening it: {e}")),
+            },
+        )?;
+        let md = f.metadata().map_err(|e| refuse(format!("inspecting it: {e}")))?;
+        let me = euid();
+        if md.uid() != me {
+            return Err(refuse(format!(
+                "is owned by uid {}, not uid {me} that this plugin runs as; the attachment records must be private: \
+                 remove it or give it to uid {me} with mode 0700",
+                md.uid()
+            )));
+        }
+        let mode = md.mode() & 0o7777;
+        if mode != 0o700 {
+            f.set_permissions(fs::Permissions::from_mode(0o700))
+                .map_err(|e| refuse(format!("setting its mode {mode:o} to 0700: {e}")))?;
+            crate::warn!("state directory {} had mode {mode:o}; set it to 0700", dir.display());
+        }
         Ok(Store { dir: dir.to_path_buf() })
     }
 
@@ -87,20 +202,40 @@ impl Store {
 
     fn lock_file(&self, pci: &PciAddr) -> CniResult<File> {
         let p = self.dir.join(format!("{pci}.lock"));
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&p)
-            .ctx(|| format!("opening the lock {}", p.display()))
+        open_regular(&p, OpenOptions::new().create(true).truncate(false).write(true).mode(0o600), "the lock")?
+            .ok_or_else(|| CniError::io(format!("creating the lock {}: it vanished", p.display())))
+    }
+
+    /// Creates a new private file in the directory; a file already there under that name (a planted symlink,
+    /// the leftover of a dead process with our pid) is removed first, never followed.
+    fn create_private(&self, path: &Path) -> std::io::Result<File> {
+        let create =
+            || OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path);
+        match create() {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                fs::remove_file(path)?;
+                create()
+            }
+            other => other,
+        }
+    }
+
+    /// Whether a file can be created in the directory (STATUS).
+    pub fn probe_writable(&self) -> std::io::Result<()> {
+        let probe = self.dir.join(format!(".status.{}", std::process::id()));
+        self.create_private(&probe)?;
+        fs::remove_file(&probe)
     }
 
     /// Takes the VF's lock without waiting; `None` when another invocation holds it.
     pub fn try_lock(&self, pci: &PciAddr) -> CniResult<Option<VfLock>> {
         let f = self.lock_file(pci)?;
         match f.try_lock() {
-            Ok(()) => Ok(Some(VfLock { _file: f })),
+            Ok(()) => {
+                // Whoever holds a VF lock is about to change it.
+                crate::flow::changing_state();
+                Ok(Some(VfLock { _file: f }))
+            }
             Err(fs::TryLockError::WouldBlock) => Ok(None),
             Err(fs::TryLockError::Error(e)) => Err(CniError::io(format!("locking VF {pci}: {e}"))),
         }
@@ -130,13 +265,14 @@ impl Store {
 
     pub fn load(&self, pci: &PciAddr) -> CniResult<Option<Attachment>> {
         let p = self.path(pci);
-        match fs::read(&p) {
-            Ok(b) => serde_json::from_slice(&b)
-                .map(Some)
-                .map_err(|e| CniError::io(format!("reading the attachment record {}: {e}", p.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(CniError::io(format!("reading the attachment record {}: {e}", p.display()))),
-        }
+        let Some(mut f) = open_regular(&p, OpenOptions::new().read(true), "the attachment record")? else {
+            return Ok(None);
+        };
+        let mut b = Vec::new();
+        f.read_to_end(&mut b).ctx(|| format!("reading the attachment record {}", p.display()))?;
+        serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| CniError::io(format!("reading the attachment record {}: {e}", p.display())))
     }
 
     /// Writes the record atomically: a temp file, then rename.
@@ -145,7 +281,7 @@ impl Store {
         let tmp = self.dir.join(format!(".{}.json.{}", a.pci, std::process::id()));
         let body = serde_json::to_vec_pretty(a).map_err(|e| CniError::io(format!("encoding the record: {e}")))?;
         let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp)?;
+            let mut f = self.create_private(&tmp)?;
             f.write_all(&body)?;
             fs::rename(&tmp, &p)
         };
@@ -192,7 +328,6 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     fn record(pci: &str) -> Attachment {
         Attachment {
@@ -261,5 +396,121 @@ mod tests {
         assert!(s.try_lock(&pci).unwrap().is_none());
         drop(held);
         assert!(s.try_lock(&pci).unwrap().is_some());
+    }
+
+    /// Runs `f` on a thread and fails the test if it does not finish in 5 s (an open that blocks on a FIFO).
+    fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| panic!("{what} hung (blocked on a FIFO?)"))
+    }
+
+    fn mkfifo(p: &Path) {
+        nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    }
+
+    fn fresh_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-state-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_world_writable_state_dir_is_made_private_and_a_foreign_one_refused() {
+        let dir = fresh_dir("mode").join("state");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        let s = Store::at(&dir).unwrap();
+        assert_eq!(fs::metadata(s.dir()).unwrap().permissions().mode() & 0o7777, 0o700);
+        // A symlink in place of the directory is refused, naming it.
+        let link = dir.with_file_name("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let e = Store::at(&link).err().expect("a symlinked state directory is refused");
+        assert!(e.msg.contains(&link.display().to_string()) && e.msg.contains("symbolic link"), "{}", e.msg);
+        if euid() == 0 {
+            // Owned by someone else: refused, and its mode is left alone.
+            let other = dir.with_file_name("other");
+            fs::create_dir(&other).unwrap();
+            fs::set_permissions(&other, fs::Permissions::from_mode(0o777)).unwrap();
+            std::os::unix::fs::chown(&other, Some(65534), Some(65534)).unwrap();
+            let e = Store::at(&other).err().expect("a state directory owned by another user is refused");
+            assert!(e.msg.contains(&other.display().to_string()) && e.msg.contains("owned by uid 65534"), "{}", e.msg);
+            assert_eq!(fs::metadata(&other).unwrap().permissions().mode() & 0o7777, 0o777);
+        }
+        let _ = fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    #[test]
+    fn planted_symlinks_and_fifos_are_never_followed_nor_block() {
+        let base = fresh_dir("plant");
+        let s = Store::at(&base.join("state")).unwrap();
+        let a = record("0000:3b:02.3");
+        let outside = base.join("outside");
+        // A dangling symlink where the temp record goes: the record is written, nothing outside the dir.
+        let tmp = s.dir().join(format!(".{}.json.{}", a.pci, std::process::id()));
+        std::os::unix::fs::symlink(&outside, &tmp).unwrap();
+        s.save(&a).unwrap();
+        assert!(!outside.exists(), "the temp record followed a planted symlink");
+        assert_eq!(s.load(&a.pci).unwrap(), Some(a.clone()));
+        // A dangling symlink as the lock: refused, naming the file; nothing created outside.
+        let pci = PciAddr::parse("0000:3b:02.4").unwrap();
+        std::os::unix::fs::symlink(&outside, s.dir().join(format!("{pci}.lock"))).unwrap();
+        let e = s.try_lock(&pci).err().expect("a symlinked lock is refused");
+        assert!(e.msg.contains(&format!("{pci}.lock")) && e.msg.contains("not a regular file"), "{}", e.msg);
+        assert!(!outside.exists(), "the lock followed a planted symlink");
+        // A symlink to a FIFO, and a FIFO, as the lock: refused without blocking.
+        let fifo = base.join("fifo");
+        mkfifo(&fifo);
+        let pci5 = PciAddr::parse("0000:3b:02.5").unwrap();
+        std::os::unix::fs::symlink(&fifo, s.dir().join(format!("{pci5}.lock"))).unwrap();
+        let pci6 = PciAddr::parse("0000:3b:02.6").unwrap();
+        mkfifo(&s.dir().join(format!("{pci6}.lock")));
+        let dir = s.dir().to_path_buf();
+        let (r5, r6) = bounded("locking through a FIFO", move || {
+            let s = Store::at(&dir).unwrap();
+            (s.lock(&pci5).err().map(|e| e.msg), s.lock(&pci6).err().map(|e| e.msg))
+        });
+        assert!(r5.is_some_and(|m| m.contains("not a regular file")));
+        assert!(r6.is_some_and(|m| m.contains("not a regular file")));
+        // A FIFO named like a record: that VF's record is refused, the others are still found.
+        let pci7 = PciAddr::parse("0000:3b:02.7").unwrap();
+        mkfifo(&s.dir().join(format!("{pci7}.json")));
+        let dir = s.dir().to_path_buf();
+        let (one, all) = bounded("reading a FIFO record", move || {
+            let s = Store::at(&dir).unwrap();
+            (s.load(&pci7).err().map(|e| e.msg), s.all().map(|v| v.len()))
+        });
+        assert!(one.is_some_and(|m| m.contains("not a regular file")));
+        assert_eq!(all.unwrap(), 1, "the good record is still listed");
+        let _ = fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn temp_files_of_dead_writers_are_removed_others_kept() {
+        let s = store("dead");
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let dead = c.id();
+        c.wait().unwrap();
+        let names = [
+            (format!(".0000:3b:02.1.json.{dead}"), false),
+            (format!(".status.{dead}"), false),
+            (format!(".0000:3b:02.1.json.{}", std::process::id()), true), // ours: create_private replaces it
+            (".0000:3b:02.1.json.1".to_string(), true),                   // pid 1 is alive
+            (format!(".notours.json.{dead}"), true),
+            ("0000:3b:02.1.lock".to_string(), true),
+        ];
+        for (n, _) in &names {
+            fs::write(s.dir().join(n), "x").unwrap();
+        }
+        s.remove_dead_temps();
+        for (n, kept) in &names {
+            assert_eq!(s.dir().join(n).exists(), *kept, "{n}");
+        }
+        assert_eq!(temp_writer(".0000:3b:02.1.json.42"), Some(42));
+        assert_eq!(temp_writer(".0000:3b:02.1.json.x"), None);
+        assert_eq!(temp_writer("0000:3b:02.1.json"), None);
     }
 }

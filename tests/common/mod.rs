@@ -190,6 +190,8 @@ pub struct Run {
     pub ok: bool,
     pub stdout: String,
     pub stderr: String,
+    /// The signal that ended the plugin, if one did.
+    pub signal: Option<i32>,
 }
 
 impl Run {
@@ -214,6 +216,37 @@ impl Run {
 }
 
 pub fn run_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, conf: &str) -> Run {
+    run_plugin_with(sysfs, state, env, conf, || Ok(()))
+}
+
+/// The plugin as a runtime runs it: `env` only, the configuration on stdin. `pre` runs in the child before
+/// exec (resource limits); it must only make async-signal-safe calls.
+pub fn run_plugin_with(
+    sysfs: &Path,
+    state: &Path,
+    env: &HashMap<String, String>,
+    conf: &str,
+    pre: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) -> Run {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let mut cmd = plugin_command(sysfs, state, env);
+    // SAFETY: the hook's contract (above) is that it only makes async-signal-safe calls.
+    unsafe { cmd.pre_exec(pre) };
+    let mut child = cmd.spawn().expect("spawning sriov-rdma");
+    use std::io::Write;
+    // The plugin may exit without reading (e.g. killed by a limit before it gets there).
+    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
+    let out = child.wait_with_output().unwrap();
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        signal: out.status.signal(),
+    }
+}
+
+/// The plugin binary with a runtime's environment and piped stdio, not yet started.
+pub fn plugin_command(sysfs: &Path, state: &Path, env: &HashMap<String, String>) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sriov-rdma"));
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -223,15 +256,7 @@ pub fn run_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, con
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawning sriov-rdma");
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    Run {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    cmd
 }
 
 /// A 1.0.0 configuration for one VF by address, with extra keys.
@@ -247,20 +272,39 @@ pub fn static_ipam(addr: &str) -> String {
     )
 }
 
-/// Whether a test that needs `needs` (what, present?) can run. Something missing fails the test, unless
-/// SRIOV_RDMA_SKIP_UNAVAILABLE=1 asks to skip such tests; a skip says so on stderr.
+/// Set to 1 to skip, rather than fail, the tests this machine cannot run (not root, no podman).
+pub const SKIP_VAR: &str = "SRIOV_RDMA_SKIP_ROOT_TESTS";
+
+/// Whether the calling test can run: true when `available`. Otherwise it fails — a test that cannot run
+/// must not pass — unless SRIOV_RDMA_SKIP_ROOT_TESTS=1 asks for skipping; then it says so on stderr (past the
+/// harness's capture) and returns false.
 #[track_caller]
-pub fn runnable(test: &str, needs: &[(&str, bool)]) -> bool {
-    let missing: Vec<&str> = needs.iter().filter(|(_, ok)| !ok).map(|(what, _)| *what).collect();
-    if missing.is_empty() {
+pub fn can_run(available: bool, needs: &str) -> bool {
+    if available {
         return true;
     }
-    let missing = missing.join(", ");
-    if std::env::var("SRIOV_RDMA_SKIP_UNAVAILABLE").as_deref() == Ok("1") {
-        eprintln!("SKIPPED {test}: needs {missing} (SRIOV_RDMA_SKIP_UNAVAILABLE=1)");
+    let test = std::thread::current().name().unwrap_or("this test").to_string();
+    if std::env::var(SKIP_VAR).as_deref() == Ok("1") {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs {needs} ({SKIP_VAR}=1)");
         return false;
     }
-    panic!("{test} needs {missing}; `make deps` as root installs the tools, SRIOV_RDMA_SKIP_UNAVAILABLE=1 skips it");
+    panic!(
+        "{test} needs {needs} and cannot run here; run it as root (`sudo make test`), or set {SKIP_VAR}=1 to skip it"
+    );
+}
+
+/// `can_run` for root: network namespaces, veth, the netns moves.
+#[track_caller]
+pub fn need_root() -> bool {
+    can_run(is_root(), "root (network namespaces and veth)")
+}
+
+/// `can_run` for a list of (what, present?) needs.
+#[track_caller]
+pub fn runnable(_test: &str, needs: &[(&str, bool)]) -> bool {
+    let missing: Vec<&str> = needs.iter().filter(|(_, ok)| !ok).map(|(what, _)| *what).collect();
+    can_run(missing.is_empty(), &missing.join(", "))
 }
 
 pub const RUNC: &str = "/usr/sbin/runc";
@@ -323,4 +367,129 @@ fn nix_uid() -> u32 {
 extern "C" {
     #[link_name = "getuid"]
     fn libc_getuid() -> u32;
+}
+
+/// Starts the plugin and hands it `conf` (stdin closed after it); see `wait_bounded`.
+pub fn spawn_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, conf: &str) -> std::process::Child {
+    let mut child = plugin_command(sysfs, state, env).spawn().expect("spawning sriov-rdma");
+    use std::io::Write;
+    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
+    child
+}
+
+/// Waits at most `limit` for a plugin started by `spawn_plugin`; one still running then is killed (SIGKILL)
+/// and `None` returned: it hung.
+pub fn wait_bounded(mut child: std::process::Child, limit: std::time::Duration) -> Option<Run> {
+    use std::os::unix::process::ExitStatusExt;
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match child.try_wait().expect("waiting for sriov-rdma") {
+            Some(_) => break,
+            None if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    }
+    let out = child.wait_with_output().expect("collecting the output of sriov-rdma");
+    Some(Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        signal: out.status.signal(),
+    })
+}
+
+pub fn mkfifo(p: &Path) {
+    let _ = fs::remove_file(p);
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+}
+
+/// A small seeded generator (splitmix64): the same seed gives the same run.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// The seed from `var` if set (to replay a run), else from the clock; the caller prints it.
+pub fn seed(var: &str) -> u64 {
+    match std::env::var(var) {
+        Ok(s) => s.parse().unwrap_or_else(|_| panic!("{var}={s:?} is not a number")),
+        Err(_) => {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+        }
+    }
+}
+
+/// The host-local leases in `dir` (one file per allocated address; `lock` and `last_reserved_ip.*` are not).
+pub fn leases(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+        .collect()
+}
+
+/// Files of the state directory other than the VF locks: records, temp records, probes.
+pub fn state_files(state: &Path) -> Vec<String> {
+    fs::read_dir(state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.ends_with(".lock"))
+        .collect()
+}
+
+pub fn host_local(subnet: &str, data_dir: &Path) -> String {
+    format!(
+        r#","ipam":{{"type":"host-local","ranges":[[{{"subnet":"{subnet}"}}]],"dataDir":"{}"}}"#,
+        data_dir.display()
+    )
+}
+
+/// A temp directory removed when dropped, also when the test fails.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("creating a scratch directory");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }

@@ -1,23 +1,18 @@
-//! Root tests fail where they cannot run, unless skipping them is asked for explicitly.
+//! Root tests fail where they cannot run, unless skipping them is asked for explicitly (common::can_run).
 
 use std::path::Path;
 
-/// True when the test can run: root, and every path in `needs` exists. `SRIOV_RDMA_SKIP_ROOT_TESTS=1`
-/// skips the test (said on stderr, the caller returns); otherwise anything missing fails it.
-pub fn required(what: &str, needs: &[&str]) -> bool {
-    if std::env::var("SRIOV_RDMA_SKIP_ROOT_TESTS").as_deref() == Ok("1") {
-        eprintln!("SKIPPED {what}: SRIOV_RDMA_SKIP_ROOT_TESTS=1");
-        return false;
-    }
+/// True when the test can run: root, and every path in `needs` exists; otherwise `common::can_run` fails it, or
+/// skips it (saying so) under SRIOV_RDMA_SKIP_ROOT_TESTS=1.
+#[track_caller]
+pub fn required(_what: &str, needs: &[&str]) -> bool {
     let mut missing = Vec::new();
     if !crate::common::is_root() {
         missing.push("root".to_string());
     }
     missing.extend(needs.iter().filter(|p| !Path::new(p).exists()).map(|p| p.to_string()));
-    assert!(
+    crate::common::can_run(
         missing.is_empty(),
-        "{what} needs {} (run scripts/install-deps.sh as root; SRIOV_RDMA_SKIP_ROOT_TESTS=1 skips it)",
-        missing.join(", ")
-    );
-    true
+        &format!("{} (scripts/install-deps.sh installs them)", missing.join(", ")),
+    )
 }

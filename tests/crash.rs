@@ -1,0 +1,232 @@
+//! Crash consistency: SIGKILL the plugin at random moments of ADD (and of DEL); DEL, repeated until it
+//! succeeds (bounded), must then leave the host exactly as before: the stand-in VF's name, MAC, MTU and up
+//! state in the host namespace, nothing left in the pod, no record, no temp record, no host-local lease.
+//! Random moments: uniform over 0–100% of the median duration (measured first, per configuration) of an ADD (or DEL) on this machine, from a
+//! seeded generator (printed; `SRIOV_RDMA_CRASH_SEED=N` replays a run). Root only.
+
+mod common;
+use common::*;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Several VFs (each its own PF, netns and IPAM network) in parallel: the netns moves are mostly kernel waits.
+const WORKERS: usize = 4;
+const ADD_TRIALS: usize = 200;
+const DEL_TRIALS: usize = 60;
+
+struct Worker {
+    bed: Bed,
+    ns: String,
+    pci: String,
+    vf: String,
+    before: (String, String, u64, bool),
+    ipam_dir: PathBuf,
+    confs: Vec<String>,
+}
+
+impl Worker {
+    fn new(i: usize) -> Worker {
+        let mut bed = Bed::new(&format!("cr{i}"), 1);
+        let ns = bed.netns();
+        let (pci, vf) = bed.vfs[0].clone();
+        // Up with an MTU of its own: DEL has to give back both.
+        must(&["ip", "link", "set", &vf, "mtu", "1400", "up"]);
+        let before = identity(None, &vf).unwrap();
+        let ipam_dir = bed.dir.join("ipam");
+        let net = format!("crash-{i}");
+        let ipam = host_local(&format!("10.99.{i}.0/24"), &ipam_dir);
+        let head = |src: &str| format!(r#"{{"cniVersion":"1.0.0","name":"{net}","type":"sriov-rdma",{src},"mtu":9000"#);
+        let by_dev = head(&format!(r#""deviceID":"{pci}""#));
+        let by_pf = head(&format!(r#""pfName":"{}""#, bed.pf));
+        let confs = vec![format!("{by_dev}}}"), format!("{by_dev}{ipam}}}"), format!("{by_pf}{ipam}}}")];
+        Worker { bed, ns, pci, vf, before, ipam_dir: ipam_dir.join(net), confs }
+    }
+
+    fn spawn(&self, cmd: &str, conf: &str) -> std::process::Child {
+        spawn_plugin(&self.bed.sysfs, &self.bed.state, &self.bed.env(cmd, "crash", &self.ns, "net1"), conf)
+    }
+
+    fn timed(&self, cmd: &str, conf: &str) -> Duration {
+        let t = Instant::now();
+        let r = wait_bounded(self.spawn(cmd, conf), Duration::from_secs(30)).expect("a plugin run hung");
+        assert!(r.ok, "{cmd}: {} {}", r.stdout, r.stderr);
+        t.elapsed()
+    }
+
+    /// Runs `cmd` and SIGKILLs it after `delay` if it is still running; says what the kill left behind.
+    fn kill_after(&self, cmd: &str, conf: &str, delay: Duration) -> Left {
+        let mut child = self.spawn(cmd, conf);
+        std::thread::sleep(delay);
+        let killed = child.try_wait().expect("polling the plugin").is_none();
+        let _ = child.kill();
+        if !killed {
+            let out = child.wait_with_output().expect("collecting the plugin's output");
+            assert!(out.status.success(), "{cmd} failed on its own: {}", String::from_utf8_lossy(&out.stdout));
+            return Left::Finished;
+        }
+        let _ = child.wait();
+        let files = state_files(&self.bed.state);
+        if files.iter().any(|f| f.starts_with('.')) {
+            Left::Temp
+        } else if link(Some(&self.ns), "net1").is_some() {
+            Left::InPod
+        } else if !files.is_empty() {
+            Left::Record
+        } else {
+            Left::Nothing
+        }
+    }
+
+    /// DEL until it succeeds (at most 5 times), then the host must be exactly as before.
+    fn del_and_check(&self, conf: &str, what: &str) {
+        let mut last = String::new();
+        let ok = (0..5).any(|_| {
+            let r = wait_bounded(self.spawn("DEL", conf), Duration::from_secs(30))
+                .unwrap_or_else(|| panic!("{what}: DEL hung"));
+            last = format!("{} {}", r.stdout, r.stderr);
+            r.ok
+        });
+        assert!(ok, "{what}: DEL never succeeded: {last}");
+        assert_eq!(identity(None, &self.vf).as_ref(), Some(&self.before), "{what}: the VF in the host");
+        assert!(link(Some(&self.ns), "net1").is_none(), "{what}: net1 left in the pod");
+        assert!(state_files(&self.bed.state).is_empty(), "{what}: left {:?}", state_files(&self.bed.state));
+        assert!(leases(&self.ipam_dir).is_empty(), "{what}: leases {:?}", leases(&self.ipam_dir));
+    }
+
+    /// The median duration of an ADD and of a DEL with `conf`.
+    fn measure(&self, conf: &str) -> (Duration, Duration) {
+        let (mut adds, mut dels) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            adds.push(self.timed("ADD", conf));
+            dels.push(self.timed("DEL", conf));
+        }
+        adds.sort();
+        dels.sort();
+        (adds[2], dels[2])
+    }
+}
+
+/// What a kill left: the run had finished; nothing; a record (VF still in the host); the VF in the pod; a
+/// temp record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Left {
+    Finished,
+    Nothing,
+    Record,
+    InPod,
+    Temp,
+}
+
+#[derive(Default)]
+struct Tally(std::collections::BTreeMap<String, usize>);
+
+impl Tally {
+    fn add(&mut self, l: Left) {
+        *self.0.entry(format!("{l:?}")).or_default() += 1;
+    }
+    fn merge(mut self, o: Tally) -> Tally {
+        for (k, v) in o.0 {
+            *self.0.entry(k).or_default() += v;
+        }
+        self
+    }
+    fn landed(&self) -> usize {
+        self.0.iter().filter(|(k, _)| *k != "Finished").map(|(_, v)| v).sum()
+    }
+}
+
+fn workers() -> Vec<Worker> {
+    (0..WORKERS).map(Worker::new).collect()
+}
+
+/// A delay uniform over 0–100% of `d`, the median duration of the run being killed.
+fn moment(rng: &mut Rng, d: Duration) -> Duration {
+    Duration::from_micros(rng.below(d.as_micros() as u64 + 1))
+}
+
+#[test]
+fn sigkill_at_random_moments_of_add_then_del_restores_the_host() {
+    if !need_root() {
+        return;
+    }
+    let seed = seed("SRIOV_RDMA_CRASH_SEED");
+    eprintln!("crash (ADD): seed {seed} (SRIOV_RDMA_CRASH_SEED={seed} replays it)");
+    let ws = workers();
+    let start = Instant::now();
+    let tally: Tally = std::thread::scope(|s| {
+        let hs: Vec<_> = ws
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                s.spawn(move || {
+                    let mut rng = Rng::new(seed ^ (i as u64 + 1).wrapping_mul(0x1000_0000_01b3));
+                    let spans: Vec<Duration> = w.confs.iter().map(|c| w.measure(c).0).collect();
+                    let mut tally = Tally::default();
+                    for t in 0..ADD_TRIALS.div_ceil(WORKERS) {
+                        let k = rng.below(w.confs.len() as u64) as usize;
+                        let delay = moment(&mut rng, spans[k]);
+                        tally.add(w.kill_after("ADD", &w.confs[k], delay));
+                        let what = format!("seed {seed} worker {i} trial {t}: ADD killed after {delay:?}, conf {k}");
+                        w.del_and_check(&w.confs[k], &what);
+                    }
+                    eprintln!("crash (ADD): worker {i} ({}): ADD medians {spans:?}", w.pci);
+                    tally
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).fold(Tally::default(), Tally::merge)
+    });
+    // A killed IPAM plugin must not allocate after the fact: look again once everything had time to settle.
+    std::thread::sleep(Duration::from_millis(300));
+    for w in &ws {
+        assert!(leases(&w.ipam_dir).is_empty(), "seed {seed}: late leases {:?}", leases(&w.ipam_dir));
+    }
+    let trials = ADD_TRIALS.div_ceil(WORKERS) * WORKERS;
+    let landed = tally.landed();
+    eprintln!("crash (ADD): {trials} trials, {landed} killed mid-ADD {:?}, in {:.1?}", tally.0, start.elapsed());
+    assert!(landed * 3 >= trials, "too few kills landed while ADD ran: {landed} of {trials}");
+}
+
+#[test]
+fn sigkill_at_random_moments_of_del_then_del_restores_the_host() {
+    if !need_root() {
+        return;
+    }
+    let seed = seed("SRIOV_RDMA_CRASH_SEED").wrapping_add(1);
+    eprintln!("crash (DEL): seed {seed}");
+    let ws: Vec<Worker> = (0..2).map(|i| Worker::new(WORKERS + i)).collect();
+    let per_worker = DEL_TRIALS.div_ceil(ws.len());
+    let start = Instant::now();
+    let tally: Tally = std::thread::scope(|s| {
+        let hs: Vec<_> = ws
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                s.spawn(move || {
+                    let mut rng = Rng::new(seed ^ (i as u64 + 1).wrapping_mul(0x1000_0000_01b3));
+                    let spans: Vec<Duration> = w.confs.iter().map(|c| w.measure(c).1).collect();
+                    let mut tally = Tally::default();
+                    for t in 0..per_worker {
+                        let k = rng.below(w.confs.len() as u64) as usize;
+                        w.timed("ADD", &w.confs[k]);
+                        let delay = moment(&mut rng, spans[k]);
+                        tally.add(w.kill_after("DEL", &w.confs[k], delay));
+                        let what = format!("seed {seed} worker {i} trial {t}: DEL killed after {delay:?}, conf {k}");
+                        w.del_and_check(&w.confs[k], &what);
+                    }
+                    eprintln!("crash (DEL): worker {i} ({}): DEL medians {spans:?}", w.pci);
+                    tally
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).fold(Tally::default(), Tally::merge)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    for w in &ws {
+        assert!(leases(&w.ipam_dir).is_empty(), "seed {seed}: late leases {:?}", leases(&w.ipam_dir));
+    }
+    let trials = per_worker * ws.len();
+    let landed = tally.landed();
+    eprintln!("crash (DEL): {trials} trials, {landed} killed mid-DEL {:?}, in {:.1?}", tally.0, start.elapsed());
+    assert!(landed * 3 >= trials, "too few kills landed while DEL ran: {landed} of {trials}");
+}
