@@ -231,9 +231,20 @@ pub fn version_line() -> String {
 
 /// Runs the installed copy with `--version` (clean environment) and checks that it is this version.
 pub fn verify(bin: &Path) -> Result<String, Error> {
-    let out = ctx(Command::new(bin).arg("--version").env_clear().stdin(Stdio::null()).output(), || {
-        format!("running the installed {} --version", bin.display())
-    })?;
+    let run = || Command::new(bin).arg("--version").env_clear().stdin(Stdio::null()).output();
+    let mut out = run();
+    // ETXTBSY: a process forked elsewhere (another thread of the caller) still held the new file's write fd
+    // for the instant before its exec closed it. Bounded retries.
+    for _ in 0..50 {
+        match &out {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                out = run();
+            }
+            _ => break,
+        }
+    }
+    let out = ctx(out, || format!("running the installed {} --version", bin.display()))?;
     let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
     if !out.status.success() {
         return Err(Error(format!("the installed {} --version failed ({}): {said}", bin.display(), out.status)));

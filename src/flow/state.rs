@@ -76,6 +76,40 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The on-disk format this release writes. 0: release 0.1.0's (no `version` key); 1: adds `version`,
+/// `ipam_config` and `cni_path`. A newer format is refused rather than half understood.
+pub const RECORD_VERSION: u32 = 1;
+
+#[derive(serde::Serialize)]
+struct OnDisk<'a> {
+    version: u32,
+    #[serde(flatten)]
+    record: &'a Attachment,
+}
+
+#[derive(serde::Deserialize)]
+struct FromDisk {
+    #[serde(default)]
+    version: u32,
+    #[serde(flatten)]
+    record: Attachment,
+}
+
+fn encode(a: &Attachment) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec_pretty(&OnDisk { version: RECORD_VERSION, record: a })
+}
+
+fn decode(b: &[u8]) -> Result<Attachment, String> {
+    let d: FromDisk = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+    if d.version > RECORD_VERSION {
+        return Err(format!(
+            "format version {} was written by a newer sriov-rdma (this one reads up to {RECORD_VERSION}); DEL it with that release",
+            d.version
+        ));
+    }
+    Ok(d.record)
+}
+
 pub struct Store {
     dir: PathBuf,
 }
@@ -270,16 +304,14 @@ impl Store {
         };
         let mut b = Vec::new();
         f.read_to_end(&mut b).ctx(|| format!("reading the attachment record {}", p.display()))?;
-        serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| CniError::io(format!("reading the attachment record {}: {e}", p.display())))
+        decode(&b).map(Some).map_err(|e| CniError::io(format!("reading the attachment record {}: {e}", p.display())))
     }
 
     /// Writes the record atomically: a temp file, then rename.
     pub fn save(&self, a: &Attachment) -> CniResult<()> {
         let p = self.path(&a.pci);
         let tmp = self.dir.join(format!(".{}.json.{}", a.pci, std::process::id()));
-        let body = serde_json::to_vec_pretty(a).map_err(|e| CniError::io(format!("encoding the record: {e}")))?;
+        let body = encode(a).map_err(|e| CniError::io(format!("encoding the record: {e}")))?;
         let write = || -> std::io::Result<()> {
             let mut f = self.create_private(&tmp)?;
             f.write_all(&body)?;
@@ -328,6 +360,22 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_carry_their_format_version_and_a_newer_one_is_refused() {
+        let a = record("0000:3b:02.1");
+        let body = encode(&a).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["version"], RECORD_VERSION);
+        assert_eq!(decode(&body).unwrap(), a);
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("version");
+        assert_eq!(decode(old.to_string().as_bytes()).unwrap(), a, "release 0.1.0 wrote no version");
+        let mut newer = v;
+        newer["version"] = 99.into();
+        let err = decode(newer.to_string().as_bytes()).unwrap_err();
+        assert!(err.contains("format version 99") && err.contains("newer sriov-rdma"), "{err}");
+    }
 
     fn record(pci: &str) -> Attachment {
         Attachment {

@@ -1,6 +1,7 @@
 #!/bin/sh
 # make demo: one VF (and an RDMA device on it) given to a pod with cnitool, then given back.
 . /vmlib.sh >/dev/null
+. /rdmalib.sh
 say() { echo "DEMO"; echo "DEMO == $*"; }
 show() { sed 's/^/DEMO    /'; }
 V=$(VFN 1); P=$(VFP 1)
@@ -46,6 +47,35 @@ sleep 0.3
 $PLUGIN doctor --netns /var/run/netns/pod 2>&1 | sed -n '/^RDMA/,/^Warnings/p' | grep -v '^Warnings' | show
 say "cnitool check rdma-demo /var/run/netns/pod"
 /usr/sbin/cnitool check rdma-demo /var/run/netns/pod 2>/tmp/err && echo "DEMO    CHECK passed: interface, MTU, MAC, addresses, PF settings, RoCE GID"
+if [ "$(uname -r | cut -d. -f1)" -ge 7 ]; then
+  say "RDMA between the two pods (kernel $(uname -r): per-netns soft-RoCE), with the GID indexes doctor reported"
+  ip netns exec peer /usr/sbin/rdma link add rxe1 type rxe netdev net1
+  sleep 0.5
+  gidx() { $PLUGIN doctor --netns /var/run/netns/$1 2>/dev/null | sed -n "s/.*NCCL_IB_HCA=$2:1 NCCL_IB_GID_INDEX=\([0-9]*\).*/\1/p" | head -1; }
+  GP=$(gidx pod rxe0); GQ=$(gidx peer rxe1)
+  echo "DEMO    pod: NCCL_IB_HCA=rxe0:1 NCCL_IB_GID_INDEX=$GP   peer: NCCL_IB_HCA=rxe1:1 NCCL_IB_GID_INDEX=$GQ"
+  S=10.56.217.10
+  pair_in pod peer ibv_rc_pingpong 60 "ibv_rc_pingpong -d rxe0 -g $GP -n 200" 45 "ibv_rc_pingpong -d rxe1 -g $GQ -n 200 $S" >/dev/null
+  PP=$( [ $RC = 0 ] && pingpong_figures || echo "failed: $WHY")
+  pair_in pod peer ib_write_bw 60 "ib_write_bw -d rxe0 -x $GP -n 500 -F --report_gbits" 45 "ib_write_bw -d rxe1 -x $GQ -n 500 -F --report_gbits $S" >/dev/null
+  BW=$( [ $RC = 0 ] && echo "$(write_bw_gbits) Gbit/s" || echo "failed: $WHY")
+  pair_in pod peer ib_send_lat 60 "ib_send_lat -d rxe0 -x $GP -n 200 -F" 45 "ib_send_lat -d rxe1 -x $GQ -n 200 -F $S" >/dev/null
+  LAT=$( [ $RC = 0 ] && echo "$(send_lat_us) us" || echo "failed: $WHY")
+  pair_in pod peer rping 60 "rping -s -a $S -C 10 -v" 45 "rping -c -a $S -C 10 -v" >/dev/null
+  RP="$(echo "$OUT" | grep -c 'ping data')/10 round trips"
+  pair_in pod peer iperf3 30 "iperf3 -s -1 -B $S" 20 "iperf3 -c $S -t 3 -f m" >/dev/null
+  TCP=$( [ $RC = 0 ] && iperf3_rate || echo "failed: $WHY")
+  OUT=$(ip netns exec peer /bin/busybox ping -c 5 $S 2>&1); RTT="$(ping_rtt_ms) ms"
+  echo "DEMO    peer -> pod, through the two plugin-attached VFs (VLAN 100, MTU 9000), under emulation (figures say"
+  echo "DEMO    nothing about hardware; the point is that RDMA works through the configured VFs):"
+  echo "DEMO      TCP throughput (iperf3)             $TCP"
+  echo "DEMO      RDMA write bandwidth (ib_write_bw)  $BW"
+  echo "DEMO      RDMA send latency (ib_send_lat)     $LAT"
+  echo "DEMO      ICMP round trip (ping)              $RTT"
+  echo "DEMO      RC ping-pong (ibv_rc_pingpong)      $PP"
+  echo "DEMO      rdma_cm (rping)                     $RP"
+  ip netns exec peer /usr/sbin/rdma link delete rxe1
+fi
 ip netns exec pod /usr/sbin/rdma link delete rxe0
 say "cnitool del rdma-demo /var/run/netns/pod"
 /usr/sbin/cnitool del rdma-demo /var/run/netns/pod 2>/tmp/err && echo "DEMO    DEL done" || cat /tmp/err | show
