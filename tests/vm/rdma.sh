@@ -95,8 +95,14 @@ if cni ADD ru /var/run/netns/podC net1 "$CU" >/dev/null && carrier podC net1; th
   cni DEL ru /var/run/netns/podC net1 "$CU" || echo "VMLOG DEL U: $(cat /tmp/err)"
 else vnone="ADD failed: $(cat /tmp/err)"; fi
 ip netns del podC
-[ "$v200" = blocked ] && [ "$r200" = blocked ] && [ "$vnone" = blocked ] && pass "vlan-isolation(200 vs 100: ping and RDMA blocked; untagged vs 100: blocked)" \
-  || fail vlan-isolation "vlan 200 ping $v200, RDMA $r200; untagged $vnone"
+if [ "$KMAJ" -ge 7 ]; then
+  [ "$v200" = blocked ] && [ "$r200" = blocked ] && [ "$vnone" = blocked ] && pass "vlan-isolation(200 vs 100: ping and RDMA blocked; untagged vs 100: blocked)" \
+    || fail vlan-isolation "vlan 200 ping $v200, RDMA $r200; untagged $vnone"
+else
+  # No RoCE between pods on 6.12 at all, so only the ping is evidence here.
+  [ "$v200" = blocked ] && [ "$vnone" = blocked ] && pass "vlan-isolation(200 vs 100 and untagged vs 100: ping blocked)" \
+    || fail vlan-isolation "vlan 200 ping $v200; untagged $vnone"
+fi
 
 ip netns exec podA rdma link delete rxeA; ip netns exec podB rdma link delete rxeB
 cni DEL ra /var/run/netns/podA net1 "$CA" || { okr=0; echo "VMLOG DEL A: $(cat /tmp/err)"; }
