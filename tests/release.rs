@@ -135,3 +135,49 @@ fn del_never_touches_a_device_that_took_the_vf_host_name() {
     // Give the stand-in its name back so the bed's cleanup finds it.
     must(&["ip", "link", "set", &spare, "name", &vf]);
 }
+
+#[test]
+fn a_failed_ipam_del_keeps_the_record_and_its_own_code() {
+    if !can_run("a_failed_ipam_del_keeps_the_record_and_its_own_code") {
+        return;
+    }
+    let mut bed = Bed::new("ric", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    // An IPAM plugin whose DEL answers "try again later" (code 11) while `busy` exists.
+    let bin = bed.dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let busy = bed.dir.join("busy");
+    let script = format!(
+        r#"#!/bin/sh
+cat >/dev/null
+case "$CNI_COMMAND" in
+  ADD) echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.77.0.21/24"}}]}}' ;;
+  DEL) if [ -e {busy} ]; then echo '{{"cniVersion":"1.0.0","code":11,"msg":"lease store busy"}}'; exit 1; fi ;;
+  VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}' ;;
+esac
+"#,
+        busy = busy.display()
+    );
+    let plugin = bin.join("busyipam");
+    std::fs::write(&plugin, script).unwrap();
+    must(&["chmod", "0755", plugin.to_str().unwrap()]);
+    let conf = conf_dev("1.0.0", &pci, r#","ipam":{"type":"busyipam"}"#);
+    let env = |cmd: &str| {
+        let mut e = bed.env(cmd, "c1", &ns, "net1");
+        e.insert("CNI_PATH".into(), bin.display().to_string());
+        e
+    };
+    bed.run_env(&env("ADD"), &conf).ok();
+    std::fs::write(&busy, b"").unwrap();
+    let r = bed.run_env(&env("DEL"), &conf);
+    assert!(!r.ok);
+    assert_eq!(r.code(), 11, "the IPAM plugin's own code: {}", r.stdout);
+    assert!(r.msg().contains("lease store busy") && r.msg().contains("record kept"), "{}", r.msg());
+    assert_eq!(bed.records().len(), 1, "the lease may still be held: the record stays for the retry");
+    std::fs::remove_file(&busy).unwrap();
+    bed.run_env(&env("DEL"), &conf).ok();
+    assert!(bed.records().is_empty());
+    assert_eq!(identity(None, &vf), Some(before));
+}

@@ -9,7 +9,7 @@ use super::rdma;
 use super::state::{Attachment, Store, VfLock};
 use crate::cni::config::{NetConf, RdmaPolicy, VfSource};
 use crate::cni::env::CniEnv;
-use crate::cni::error::{CniError, CniResult, IoContext};
+use crate::cni::error::{CniError, CniResult, Code, IoContext};
 use crate::cni::result::{AttachResult, Interface};
 use crate::cni::types::{Mac, PciAddr};
 use crate::kernel::link::{Link, RouteSocket};
@@ -167,8 +167,9 @@ pub fn reclaim(host: &mut Host, rec: &Attachment) -> CniResult<Option<String>> {
         path: rec.cni_path.clone(),
     };
     let done = release(host, &conf, &env, rec, &rec.netns, &Target::of_env(&env)).map_err(|e| e.context(context()))?;
-    finish(&host.store, rec, done.errors).map_err(|e| e.context(context()))?;
-    Ok(done.host_netdev)
+    let name = done.host_netdev.clone();
+    finish(&host.store, rec, done).map_err(|e| e.context(context()))?;
+    Ok(name)
 }
 
 pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
@@ -244,12 +245,14 @@ pub fn add(conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
     );
 
     let mut progress = Progress::default();
-    match attach(&mut host, &mut pod, conf, env, &mut rec, &pf, &plan, rdma_sock.as_mut(), &mut progress) {
-        Ok(result) => {
+    let attached = attach(&mut host, &mut pod, conf, env, &mut rec, &pf, &plan, rdma_sock.as_mut(), &mut progress)
+        .and_then(|result| {
+            // Not complete until the record says so: a record that cannot be written is a failed ADD.
             rec.complete = true;
-            host.store.save(&rec)?;
-            Ok(result)
-        }
+            host.store.save(&rec).map(|_| result).inspect_err(|_| rec.complete = false)
+        });
+    match attached {
+        Ok(result) => Ok(result),
         Err(e) => {
             crate::warn!("ADD {}/{} failed, rolling back: {e}", rec.container_id, rec.ifname);
             let undo = Undo { netdev_moved: progress.moved, settings: progress.settings, rdma_moved: progress.rdma };
@@ -565,6 +568,8 @@ fn move_back(host: &mut Host, pod: &mut Pod, rec: &Attachment, orig: &Link, l: &
 pub struct Detached {
     pub errors: Vec<String>,
     pub host_netdev: Option<String>,
+    /// IPAM DEL's own error, whose code (the IPAM plugin's) outranks the generic I/O code.
+    pub ipam: Option<CniError>,
 }
 
 /// Undoes an attachment: netdev back to the host, the MACs, the PF settings, host-side name/MTU/up.
@@ -655,7 +660,7 @@ pub fn detach(host: &mut Host, pod: Option<&mut Pod>, rec: &Attachment, undo: Un
             ),
         }
     }
-    Detached { errors, host_netdev }
+    Detached { errors, host_netdev, ipam: None }
 }
 
 /// The MAC the netdev had before ADD, set on the host. With `always`, sent even when it has it already: the VF
@@ -860,7 +865,7 @@ pub fn del(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let mut host = Host::open()?;
     let netns = if env.netns.is_empty() { rec.netns.clone() } else { env.netns.clone() };
     let done = release(&mut host, conf, env, &rec, &netns, &Target::of_env(env))?;
-    finish(&host.store, &rec, done.errors)
+    finish(&host.store, &rec, done)
 }
 
 /// Detach plus IPAM DEL, the part DEL and GC share. Only a pod namespace whose path no longer exists is gone
@@ -897,7 +902,7 @@ pub fn release(
         };
     if let Err(e) = released {
         if rec.complete {
-            done.errors.push(e.to_string());
+            done.ipam = Some(e);
         } else {
             // An ADD that never finished may never have had an address: its IPAM DEL does not hold the VF.
             crate::warn!("DEL {}/{}: IPAM DEL of an unfinished ADD: {e}", rec.container_id, rec.ifname);
@@ -907,18 +912,25 @@ pub fn release(
 }
 
 /// Removes the record when everything was undone; otherwise keeps it for a retry and reports every error.
-pub fn finish(store: &Store, rec: &Attachment, errors: Vec<String>) -> CniResult<()> {
+/// The error carries the most specific code: the IPAM plugin's own when IPAM DEL failed, else 5.
+pub fn finish(store: &Store, rec: &Attachment, done: Detached) -> CniResult<()> {
+    let Detached { mut errors, ipam, .. } = done;
+    let code = ipam.as_ref().map_or(Code::Io, |e| e.code);
+    errors.extend(ipam.map(|e| e.to_string()));
     if errors.is_empty() {
         store.remove(&rec.pci)?;
         crate::info!("DEL {}/{}: VF {} restored", rec.container_id, rec.ifname, rec.pci);
         Ok(())
     } else {
-        Err(CniError::io(format!(
-            "releasing VF {} of {}/{} (record kept for a retry): {}",
-            rec.pci,
-            rec.container_id,
-            rec.ifname,
-            vf::join(&errors)
-        )))
+        Err(CniError::new(
+            code,
+            format!(
+                "releasing VF {} of {}/{} (record kept for a retry): {}",
+                rec.pci,
+                rec.container_id,
+                rec.ifname,
+                vf::join(&errors)
+            ),
+        ))
     }
 }

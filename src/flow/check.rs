@@ -162,7 +162,7 @@ pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         let lock = match store.lock(&rec.pci) {
             Ok(l) => l,
             Err(e) => {
-                errors.push(e.to_string());
+                errors.push(e);
                 continue;
             }
         };
@@ -176,16 +176,20 @@ pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         };
         let target =
             Target { container_id: &rec.container_id, ifname: &rec.ifname, netns: &rec.netns, path: &env.path };
-        let done = release(h, conf, env, &rec, &rec.netns, &target).and_then(|d| finish(&store, &rec, d.errors));
+        let done = release(h, conf, env, &rec, &rec.netns, &target).and_then(|d| finish(&store, &rec, d));
         if let Err(e) = done {
-            errors.push(e.to_string());
+            errors.push(e);
         }
         drop(lock);
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(CniError::io(format!("GC: {}", vf::join(&errors))))
+    match errors.first() {
+        None => Ok(()),
+        Some(first) => {
+            // One code for all: theirs when they agree (a busy VF stays 11), else 5.
+            let code = if errors.iter().all(|e| e.code == first.code) { first.code } else { Code::Io };
+            let all: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            Err(CniError::new(code, format!("GC: {}", vf::join(&all))))
+        }
     }
 }
 
