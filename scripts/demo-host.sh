@@ -16,6 +16,7 @@ ip link add $vf type veth peer name ${vf}p
 ip link set $vf mtu 1500
 d=$work/sys/bus/pci/devices
 mkdir -p $d/$pfpci/net/$pf $d/$pci/net/$vf $work/sys/class/net/$pf
+echo "a test tree: no namespace-tagged view" > $work/sys/.sriov-rdma-fixture   # so the plugin reads it as it is
 echo 8 > $d/$pfpci/sriov_totalvfs
 ln -s ../$pfpci $d/$pci/physfn; ln -s ../$pci $d/$pfpci/virtfn1
 ln -s ../../../bus/pci/drivers/igbvf $d/$pci/driver

@@ -29,7 +29,12 @@ pub struct Gid {
 #[derive(Debug, Clone)]
 pub struct Sysfs {
     pub root: PathBuf,
+    /// A test tree (fake::FakeTree marks its root): it has no namespace-tagged view to mount.
+    fixture: bool,
 }
+
+/// The file fake::FakeTree leaves at its root, so a tree says what it is wherever it is mounted.
+pub const FIXTURE_MARK: &str = ".sriov-rdma-fixture";
 
 /// A VF as sysfs describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +68,13 @@ impl Default for Sysfs {
 impl Sysfs {
     pub fn from_env() -> Sysfs {
         let root = std::env::var_os("SRIOV_RDMA_SYSFS").map(PathBuf::from).unwrap_or_else(|| "/sys".into());
-        Sysfs { root }
+        Sysfs::at(root)
+    }
+
+    /// The sysfs at `root`: the kernel's, wherever it is mounted, unless the tree is marked as a fixture.
+    pub fn at(root: PathBuf) -> Sysfs {
+        let fixture = root.join(FIXTURE_MARK).exists();
+        Sysfs { root, fixture }
     }
 
     pub fn pci_dir(&self, pci: &PciAddr) -> PathBuf {
@@ -215,9 +226,9 @@ impl Sysfs {
     }
 
     /// Runs `f` on the sysfs as namespace `ns` sees it. sysfs is namespace-tagged, so this mounts a fresh one
-    /// in a private mount namespace on a thread inside `ns`. A test tree (`SRIOV_RDMA_SYSFS`) is used as is.
+    /// in a private mount namespace on a thread inside `ns`. A fixture tree is read as it is.
     pub fn in_netns<T: Send>(&self, ns: &Netns, f: impl FnOnce(&Sysfs) -> T + Send) -> io::Result<T> {
-        if self.root != Path::new("/sys") {
+        if self.fixture {
             return Ok(f(self));
         }
         ns.run(|| {
@@ -233,7 +244,7 @@ impl Sysfs {
                 None::<&str>,
             )
             .map_err(io::Error::from)?;
-            Ok(f(&Sysfs { root: PathBuf::from("/sys") }))
+            Ok(f(&Sysfs { root: PathBuf::from("/sys"), fixture: false }))
         })
     }
 
@@ -264,6 +275,7 @@ pub mod fake {
         pub fn new(root: &Path) -> io::Result<FakeTree> {
             fs::create_dir_all(root.join("bus/pci/devices"))?;
             fs::create_dir_all(root.join("class/net"))?;
+            fs::write(root.join(FIXTURE_MARK), b"a test tree: no namespace-tagged view\n")?;
             Ok(FakeTree { root: root.to_path_buf() })
         }
 
@@ -333,7 +345,20 @@ mod tests {
         t.vf("0000:3b:00.0", 1, "0000:3b:02.1", Some("ens1f0v1"), "iavf").unwrap();
         t.vf("0000:3b:00.0", 10, "0000:3b:03.2", None, "vfio-pci").unwrap();
         fs::create_dir_all(root.join("bus/pci/devices/0000:00:1f.6")).unwrap();
-        (Sysfs { root }, t)
+        (Sysfs::at(root), t)
+    }
+
+    #[test]
+    fn a_tree_says_itself_whether_it_is_a_fixture_not_its_path() {
+        let (fake, _t) = tree("fixture");
+        assert!(fake.fixture, "FakeTree marks its root");
+        assert!(!Sysfs::at(PathBuf::from("/sys")).fixture);
+        // A real sysfs mounted elsewhere (e.g. /host/sys in a container) is still the kernel's.
+        let elsewhere = std::env::temp_dir().join(format!("sriov-rdma-sysfs-unmarked-{}", std::process::id()));
+        fs::create_dir_all(&elsewhere).unwrap();
+        assert!(!Sysfs::at(elsewhere.clone()).fixture);
+        let _ = fs::remove_dir_all(&elsewhere);
+        let _ = fs::remove_dir_all(&fake.root);
     }
 
     fn pci(s: &str) -> PciAddr {
