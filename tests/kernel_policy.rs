@@ -31,7 +31,7 @@ fn every_vf_setting_has_a_layout_the_kernel_accepts() {
         VfSetting::Guid { node: 0x0011_2233_4455_6677, port: 0x0011_2233_4455_6677 },
     ] {
         let err = ctl.apply(&pf, 1, &s).expect_err("a veth has no VFs");
-        assert_eq!(err.raw_os_error(), Some(libc::EOPNOTSUPP), "{s}: {err}");
+        assert_eq!(sriov_rdma_cni::kernel::netlink::errno(&err), Some(libc::EOPNOTSUPP), "{s}: {err}");
     }
     let _ = sh(&["ip", "link", "del", "tkpol0"]);
 }
@@ -44,4 +44,23 @@ fn a_kernel_without_rdma_is_reported_not_crashed() {
         return;
     }
     assert!(sriov_rdma_cni::kernel::rdma::open(None).unwrap().is_none());
+}
+
+#[test]
+fn the_kernels_extended_ack_reaches_the_error_with_its_errno() {
+    if !need_root() {
+        return;
+    }
+    let _ = sh(&["ip", "link", "del", "tkpol1"]);
+    must(&["ip", "link", "add", "tkpol1", "type", "veth", "peer", "name", "tkpol1p"]);
+    let mut sock = RouteSocket::new().unwrap();
+    let index = sock.link_by_name("tkpol1").unwrap().unwrap().index;
+    // The kernel refuses an MTU above the device maximum with EINVAL and says why in an extended ack.
+    let err = sock
+        .set_link(index, vec![netlink_packet_route::link::LinkAttribute::Mtu(1 << 20)], None)
+        .expect_err("no veth takes a 1 MiB MTU");
+    let _ = sh(&["ip", "link", "del", "tkpol1"]);
+    assert_eq!(sriov_rdma_cni::kernel::netlink::errno(&err), Some(libc::EINVAL), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("Invalid argument") && text.contains("kernel: ") && text.contains("mtu"), "{text}");
 }

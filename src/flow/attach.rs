@@ -13,7 +13,7 @@ use crate::cni::error::{CniError, CniResult, Code, IoContext};
 use crate::cni::result::{AttachResult, Interface};
 use crate::cni::types::{Mac, PciAddr};
 use crate::kernel::link::{Link, RouteSocket};
-use crate::kernel::netlink::Route;
+use crate::kernel::netlink::{errno, Route};
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self as kernel_rdma, RdmaSocket};
 use crate::kernel::sysfs::{Sysfs, Vf};
@@ -549,7 +549,7 @@ fn move_back(host: &mut Host, pod: &mut Pod, rec: &Attachment, orig: &Link, l: &
     };
     match pod.route.move_link(l.index, host.ns.fd(), &orig.name) {
         Ok(()) => Ok(orig.name.clone()),
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+        Err(e) if errno(&e) == Some(libc::EEXIST) => {
             crate::warn!("VF {}: its host name {} is taken by another device", rec.pci, orig.name);
             // Some kernels move the device under its pod name before the rename fails.
             if host.route.link_by_name(&l.name).ok().flatten().is_some_and(|h| is_ours(&h, rec)) {
@@ -673,7 +673,7 @@ fn set_netdev_mac(host: &mut Host, rec: &Attachment, cur: &Link, always: bool) -
         return Ok(());
     }
     host.route.set_link(cur.index, vec![LinkAttribute::Address(mac.0.to_vec())], None).map_err(|e| {
-        let rule = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+        let rule = if errno(&e) == Some(libc::EADDRNOTAVAIL) {
             format!(
                 " (PF {} refused it: a VF may not change its own MAC while an administratively set MAC is in force \
                  and trust is off)",
@@ -749,7 +749,7 @@ fn follow_admin_mac(host: &mut Host, rec: &mut Attachment, mac: Mac) -> CniResul
     }
     let refused = match host.route.set_link(cur.index, vec![LinkAttribute::Address(mac.0.to_vec())], None) {
         Ok(()) => return Ok(()),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EADDRNOTAVAIL) | Some(libc::EPERM)) => e,
+        Err(e) if matches!(errno(&e), Some(libc::EADDRNOTAVAIL) | Some(libc::EPERM)) => e,
         Err(e) => return Err(CniError::io(format!("setting mac {mac} on VF {} ({}): {e}", rec.pci, cur.name))),
     };
     let driver = rec.driver.clone().unwrap_or_default();

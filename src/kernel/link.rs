@@ -1,6 +1,6 @@
 //! NETLINK_ROUTE operations the plugin needs: links, netns moves, VF info, addresses, routes.
 
-use super::netlink::{Kind, Route, Socket};
+use super::netlink::{errno, Kind, Route, Socket};
 use crate::cni::types::{IpNet, Mac};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop, VfInfo};
@@ -67,7 +67,7 @@ fn link_msg(index: u32) -> LinkMessage {
 }
 
 fn is_not_found(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENODEV) | Some(libc::ENOENT))
+    matches!(errno(e), Some(libc::ENODEV) | Some(libc::ENOENT))
 }
 
 /// A change request for one link: its attributes and, optionally, the up flag.
@@ -197,7 +197,7 @@ impl Socket<Route> {
         m.attributes.push(RouteAttribute::Oif(index));
         self.request(Rt::NewRoute(m), Kind::Create).map(drop).or_else(|e| {
             // A route the kernel already added with the address is fine.
-            if e.raw_os_error() == Some(libc::EEXIST) {
+            if errno(&e) == Some(libc::EEXIST) {
                 Ok(())
             } else {
                 Err(e)

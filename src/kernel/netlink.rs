@@ -25,6 +25,59 @@ impl Family for Route {
     type Message = netlink_packet_route::RouteNetlinkMessage;
 }
 
+/// A kernel error that came with an extended-ack message: the errno and the kernel's own words.
+#[derive(Debug)]
+pub struct KernelError {
+    pub errno: i32,
+    pub ext_ack: String,
+}
+
+impl std::fmt::Display for KernelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (kernel: {})", io::Error::from_raw_os_error(self.errno), self.ext_ack)
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// The errno behind an error, whether it is a plain OS error or a kernel error with an extended ack.
+pub fn errno(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| e.get_ref()?.downcast_ref::<KernelError>().map(|k| k.errno))
+}
+
+const NLM_F_CAPPED: u16 = 0x100;
+const NLM_F_ACK_TLVS: u16 = 0x200;
+const NLMSGERR_ATTR_MSG: u16 = 1;
+
+/// The extended-ack message (NLMSGERR_ATTR_MSG) of one NLMSG_ERROR message, if the kernel attached one.
+pub fn ext_ack_msg(raw: &[u8]) -> Option<String> {
+    let flags = u16::from_ne_bytes([*raw.get(6)?, *raw.get(7)?]);
+    if flags & NLM_F_ACK_TLVS == 0 {
+        return None;
+    }
+    // nlmsghdr (16) + error (4) + the request's header, or the whole request when not capped.
+    let echoed = if flags & NLM_F_CAPPED != 0 {
+        16
+    } else {
+        u32::from_ne_bytes([*raw.get(20)?, *raw.get(21)?, *raw.get(22)?, *raw.get(23)?]) as usize
+    };
+    let mut off = 20 + ((echoed + 3) & !3);
+    while off + 4 <= raw.len() {
+        let len = u16::from_ne_bytes([raw[off], raw[off + 1]]) as usize;
+        let kind = u16::from_ne_bytes([raw[off + 2], raw[off + 3]]) & 0x3fff;
+        if len < 4 || off + len > raw.len() {
+            return None;
+        }
+        if kind == NLMSGERR_ATTR_MSG {
+            let s = &raw[off + 4..off + len];
+            let s = s.split(|b| *b == 0).next().unwrap_or(s);
+            return Some(String::from_utf8_lossy(s).into_owned()).filter(|m| !m.is_empty());
+        }
+        off += (len + 3) & !3;
+    }
+    None
+}
+
 /// A netlink socket of family `F`, bound to the network namespace it was opened in.
 pub struct Socket<F: Family> {
     sock: RawSocket,
@@ -106,7 +159,12 @@ impl<F: Family> Socket<F> {
                     NetlinkPayload::Error(e) => {
                         return match e.code {
                             None => Ok(out),
-                            Some(_) => Err(e.to_io()),
+                            Some(code) => Err(match ext_ack_msg(&data[off - ((len + 3) & !3)..][..len]) {
+                                Some(ext_ack) => {
+                                    io::Error::new(e.to_io().kind(), KernelError { errno: code.get().abs(), ext_ack })
+                                }
+                                None => e.to_io(),
+                            }),
                         }
                     }
                     NetlinkPayload::InnerMessage(m) => {
@@ -125,5 +183,55 @@ impl<F: Family> Socket<F> {
 impl<F: Family> AsFd for Socket<F> {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NLMSG_ERROR as the kernel sends it with NETLINK_EXT_ACK: header, errno, the request echoed (here the
+    /// whole 20-byte request, not capped), then NLMSGERR_ATTR_MSG.
+    fn error_message(capped: bool, msg: Option<&str>) -> Vec<u8> {
+        let mut echoed = Vec::new();
+        echoed.extend_from_slice(&20u32.to_ne_bytes());
+        echoed.extend_from_slice(&19u16.to_ne_bytes()); // RTM_SETLINK
+        echoed.extend_from_slice(&[0; 10]);
+        echoed.extend_from_slice(&[1, 2, 3, 4]);
+        let echoed = if capped { echoed[..16].to_vec() } else { echoed };
+        let mut tlvs = Vec::new();
+        if let Some(m) = msg {
+            let body = [m.as_bytes(), &[0]].concat();
+            tlvs.extend_from_slice(&((4 + body.len()) as u16).to_ne_bytes());
+            tlvs.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+            tlvs.extend_from_slice(&body);
+            while tlvs.len() % 4 != 0 {
+                tlvs.push(0);
+            }
+        }
+        let flags = if capped { NLM_F_CAPPED } else { 0 } | if msg.is_some() { NLM_F_ACK_TLVS } else { 0 };
+        let len = 16 + 4 + echoed.len() + tlvs.len();
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&(len as u32).to_ne_bytes());
+        raw.extend_from_slice(&2u16.to_ne_bytes()); // NLMSG_ERROR
+        raw.extend_from_slice(&flags.to_ne_bytes());
+        raw.extend_from_slice(&[0; 8]);
+        raw.extend_from_slice(&(-22i32).to_ne_bytes());
+        raw.extend_from_slice(&echoed);
+        raw.extend_from_slice(&tlvs);
+        raw
+    }
+
+    #[test]
+    fn the_extended_ack_message_is_found_after_the_echoed_request() {
+        let m = "mtu greater than device maximum";
+        assert_eq!(ext_ack_msg(&error_message(false, Some(m))).as_deref(), Some(m));
+        assert_eq!(ext_ack_msg(&error_message(true, Some(m))).as_deref(), Some(m));
+        assert_eq!(ext_ack_msg(&error_message(true, None)), None);
+        assert_eq!(ext_ack_msg(&[0; 8]), None, "truncated");
+        let e = io::Error::new(io::ErrorKind::InvalidInput, KernelError { errno: libc::EINVAL, ext_ack: m.into() });
+        assert_eq!(errno(&e), Some(libc::EINVAL));
+        assert_eq!(errno(&io::Error::from_raw_os_error(libc::EEXIST)), Some(libc::EEXIST));
+        assert!(e.to_string().ends_with("(kernel: mtu greater than device maximum)"), "{e}");
     }
 }
