@@ -144,6 +144,54 @@ fn moment(rng: &mut Rng, d: Duration) -> Duration {
     Duration::from_micros(rng.below(d.as_micros() as u64 + 1))
 }
 
+/// `per_worker` trials on every worker: `kind` (ADD, or DEL of a fresh ADD) is SIGKILLed at a random moment of
+/// its measured duration, then DEL must leave the host exactly as before. Where the kills landed, tallied; and
+/// no IPAM plugin a kill orphaned may allocate after the fact.
+fn kill_trials(ws: &[Worker], seed: u64, per_worker: usize, kind: &'static str) -> Tally {
+    let tally = std::thread::scope(|s| {
+        let hs: Vec<_> = ws
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                s.spawn(move || {
+                    let mut rng = Rng::new(seed ^ (i as u64 + 1).wrapping_mul(0x1000_0000_01b3));
+                    let spans: Vec<Duration> = w
+                        .confs
+                        .iter()
+                        .map(|c| {
+                            let (add, del) = w.measure(c);
+                            if kind == "ADD" {
+                                add
+                            } else {
+                                del
+                            }
+                        })
+                        .collect();
+                    let mut tally = Tally::default();
+                    for t in 0..per_worker {
+                        let k = rng.below(w.confs.len() as u64) as usize;
+                        if kind == "DEL" {
+                            w.timed("ADD", &w.confs[k]);
+                        }
+                        let delay = moment(&mut rng, spans[k]);
+                        tally.add(w.kill_after(kind, &w.confs[k], delay));
+                        let what = format!("seed {seed} worker {i} trial {t}: {kind} killed after {delay:?}, conf {k}");
+                        w.del_and_check(&w.confs[k], &what);
+                    }
+                    eprintln!("crash ({kind}): worker {i} ({}): {kind} medians {spans:?}", w.pci);
+                    tally
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).fold(Tally::default(), Tally::merge)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    for w in ws {
+        assert!(leases(&w.ipam_dir).is_empty(), "seed {seed}: late leases {:?}", leases(&w.ipam_dir));
+    }
+    tally
+}
+
 #[test]
 fn sigkill_at_random_moments_of_add_then_del_restores_the_host() {
     if !need_root() {
@@ -153,35 +201,9 @@ fn sigkill_at_random_moments_of_add_then_del_restores_the_host() {
     eprintln!("crash (ADD): seed {seed} (SRIOV_RDMA_CRASH_SEED={seed} replays it)");
     let ws = workers();
     let start = Instant::now();
-    let tally: Tally = std::thread::scope(|s| {
-        let hs: Vec<_> = ws
-            .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                s.spawn(move || {
-                    let mut rng = Rng::new(seed ^ (i as u64 + 1).wrapping_mul(0x1000_0000_01b3));
-                    let spans: Vec<Duration> = w.confs.iter().map(|c| w.measure(c).0).collect();
-                    let mut tally = Tally::default();
-                    for t in 0..ADD_TRIALS.div_ceil(WORKERS) {
-                        let k = rng.below(w.confs.len() as u64) as usize;
-                        let delay = moment(&mut rng, spans[k]);
-                        tally.add(w.kill_after("ADD", &w.confs[k], delay));
-                        let what = format!("seed {seed} worker {i} trial {t}: ADD killed after {delay:?}, conf {k}");
-                        w.del_and_check(&w.confs[k], &what);
-                    }
-                    eprintln!("crash (ADD): worker {i} ({}): ADD medians {spans:?}", w.pci);
-                    tally
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).fold(Tally::default(), Tally::merge)
-    });
-    // A killed IPAM plugin must not allocate after the fact: look again once everything had time to settle.
-    std::thread::sleep(Duration::from_millis(300));
-    for w in &ws {
-        assert!(leases(&w.ipam_dir).is_empty(), "seed {seed}: late leases {:?}", leases(&w.ipam_dir));
-    }
-    let trials = ADD_TRIALS.div_ceil(WORKERS) * WORKERS;
+    let per_worker = ADD_TRIALS.div_ceil(WORKERS);
+    let tally = kill_trials(&ws, seed, per_worker, "ADD");
+    let trials = per_worker * WORKERS;
     let landed = tally.landed();
     eprintln!("crash (ADD): {trials} trials, {landed} killed mid-ADD {:?}, in {:.1?}", tally.0, start.elapsed());
     assert!(landed * 3 >= trials, "too few kills landed while ADD ran: {landed} of {trials}");
@@ -197,34 +219,7 @@ fn sigkill_at_random_moments_of_del_then_del_restores_the_host() {
     let ws: Vec<Worker> = (0..2).map(|i| Worker::new(WORKERS + i)).collect();
     let per_worker = DEL_TRIALS.div_ceil(ws.len());
     let start = Instant::now();
-    let tally: Tally = std::thread::scope(|s| {
-        let hs: Vec<_> = ws
-            .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                s.spawn(move || {
-                    let mut rng = Rng::new(seed ^ (i as u64 + 1).wrapping_mul(0x1000_0000_01b3));
-                    let spans: Vec<Duration> = w.confs.iter().map(|c| w.measure(c).1).collect();
-                    let mut tally = Tally::default();
-                    for t in 0..per_worker {
-                        let k = rng.below(w.confs.len() as u64) as usize;
-                        w.timed("ADD", &w.confs[k]);
-                        let delay = moment(&mut rng, spans[k]);
-                        tally.add(w.kill_after("DEL", &w.confs[k], delay));
-                        let what = format!("seed {seed} worker {i} trial {t}: DEL killed after {delay:?}, conf {k}");
-                        w.del_and_check(&w.confs[k], &what);
-                    }
-                    eprintln!("crash (DEL): worker {i} ({}): DEL medians {spans:?}", w.pci);
-                    tally
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).fold(Tally::default(), Tally::merge)
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    for w in &ws {
-        assert!(leases(&w.ipam_dir).is_empty(), "seed {seed}: late leases {:?}", leases(&w.ipam_dir));
-    }
+    let tally = kill_trials(&ws, seed, per_worker, "DEL");
     let trials = per_worker * ws.len();
     let landed = tally.landed();
     eprintln!("crash (DEL): {trials} trials, {landed} killed mid-DEL {:?}, in {:.1?}", tally.0, start.elapsed());
