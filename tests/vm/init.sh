@@ -14,7 +14,9 @@ done
 case "$mode" in
   demo) sh /demo.sh 2>&1 ;;
   probe) sh /rdma-probe.sh 2>&1 ;;
-  bench) . /vmlib.sh >/dev/null; /usr/sbin/cni-bench --vf "$(VFP 1)" "$rounds" 2>&1 | sed 's/^/BENCH /' ;;
+  # In a subshell: a failed setup exits it (not PID 1) and its RESULT line is printed.
+  bench) ( . /vmlib.sh >/tmp/setup.log; /usr/sbin/cni-bench --vf "$(VFP 1)" "$rounds" 2>&1 | sed 's/^/BENCH /' )
+         grep '^RESULT setup FAIL' /tmp/setup.log ;;
   *) sh /scenarios.sh 2>&1 ;;
 esac
 echo "VMDONE"

@@ -14,7 +14,7 @@ kernels=${KERNEL:-6.12}
 case "$mode" in
   e2e) filter='^(RESULT|VMLOG)' ;;
   demo) filter='^DEMO' ;;
-  bench) filter='^(BENCH|VMLOG)' ;;
+  bench) filter='^(BENCH|VMLOG|RESULT)' ;;
   probe) filter='^(PROBE|VMLOG)' ;;
   *) echo "run.sh: unknown job $mode (e2e, demo, bench, probe)" >&2; exit 2 ;;
 esac
@@ -57,6 +57,9 @@ timeout 600 qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 1024 -smp 2 -
 secs=$(( $(date +%s) - start ))
 grep -aq '^VMDONE' "$log" || { echo "run.sh: the VM ($kver) did not finish after ${secs}s (see $log)"; exit 1; }
 [ "$mode" = demo ] || echo "run.sh: $mode on $kver: ${secs}s (console log $log)"
+if [ "$mode" = bench ] && grep -aq '^RESULT setup FAIL' "$log"; then
+  echo "run.sh: the emulated machine's setup failed; no benchmark"; exit 1
+fi
 if [ "$mode" = e2e ]; then
   pass=$(grep -ac '^RESULT .* PASS' "$log" || true); failn=$(grep -ac '^RESULT .* FAIL' "$log" || true)
   echo "e2e[$kernel]: $pass passed, $failn failed"
