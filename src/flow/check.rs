@@ -1,6 +1,7 @@
 //! CHECK, GC and STATUS.
 
-use super::attach::{finish, release, Host, Pod};
+use super::detach::{finish, release};
+use super::host::{Host, Pod};
 use super::ipam::{self, Target};
 use super::rdma::{lookup_gids, GidLookup};
 use super::state::Attachment;

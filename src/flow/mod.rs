@@ -2,6 +2,8 @@
 
 pub mod attach;
 pub mod check;
+pub mod detach;
+pub mod host;
 pub mod ipam;
 pub mod orphans;
 pub mod rdma;
@@ -57,7 +59,7 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
             let r = attach::add(&conf, &env)?;
             Ok(Some(r.to_json(conf.version).to_string()))
         }
-        Command::Del => attach::del(&conf, &env).map(|_| None),
+        Command::Del => detach::del(&conf, &env).map(|_| None),
         Command::Check => {
             need(Version::V0_4_0, "CHECK")?;
             check::check(&conf, &env).map(|_| None)

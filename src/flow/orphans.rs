@@ -1,10 +1,64 @@
-//! `sriov-rdma gc`: finds the attachments whose pod namespace is gone without a DEL and reclaims their VFs, with no
-//! runtime involved (Multus never forwards GC to a secondary plugin; containerd never calls it).
+//! Orphans: attachments whose pod namespace is gone without a DEL (node crash, runtime bug, `ip netns del`). The
+//! next ADD that wants such a VF reclaims it, and `sriov-rdma gc` does it with no runtime involved (Multus never
+//! forwards GC to a secondary plugin; containerd never calls it).
 
-use super::attach::{is_orphan, reclaim, Host};
-use super::state::Store;
+use super::detach::{finish, release};
+use super::host::Host;
+use super::ipam::Target;
+use super::state::{Attachment, Store};
+use crate::cni::config::NetConf;
+use crate::cni::env::CniEnv;
 use crate::cni::error::CniResult;
+use crate::cni::types::PciAddr;
+use crate::kernel::sysfs::Vf;
 use serde::Serialize;
+
+/// A record whose pod namespace path no longer exists: the kernel has handed the VF back and no DEL came (node
+/// crash, runtime bug, `ip netns del`). A path that exists but cannot be opened never makes an orphan.
+pub fn is_orphan(rec: &Attachment) -> bool {
+    !rec.netns.is_empty()
+        && matches!(std::fs::symlink_metadata(&rec.netns), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// The VF as sysfs shows it after a reclaim, with the netdev name the reclaim left it under.
+pub(super) fn vf_after_reclaim(host: &mut Host, pci: &PciAddr, a: &Attachment) -> CniResult<Vf> {
+    let name = reclaim(host, a)?;
+    let mut vf = host.sysfs.vf(pci)?;
+    if name.is_some() {
+        vf.netdev = name;
+    }
+    Ok(vf)
+}
+
+/// Undoes an orphan's record exactly as its DEL would have, with the configuration and CNI_PATH its ADD ran
+/// with (for IPAM DEL). The caller holds the VF's lock. Returns the VF netdev's host name.
+pub fn reclaim(host: &mut Host, rec: &Attachment) -> CniResult<Option<String>> {
+    crate::warn!(
+        "VF {}: reclaiming it from {}/{} (network {}), whose namespace {} is gone without a DEL",
+        rec.pci,
+        rec.container_id,
+        rec.ifname,
+        rec.network,
+        rec.netns
+    );
+    let raw = rec.ipam_config.clone().unwrap_or_else(|| {
+        serde_json::json!({"cniVersion": "1.0.0", "name": rec.network, "type": "sriov-rdma"}).to_string()
+    });
+    let context = || format!("reclaiming orphaned VF {} of {}/{}", rec.pci, rec.container_id, rec.ifname);
+    let conf = NetConf::parse(raw.as_bytes(), &Default::default()).map_err(|e| e.context(context()))?;
+    let env = CniEnv {
+        command: crate::cni::env::Command::Del,
+        container_id: rec.container_id.clone(),
+        netns: rec.netns.clone(),
+        ifname: rec.ifname.clone(),
+        args: Default::default(),
+        path: rec.cni_path.clone(),
+    };
+    let done = release(host, &conf, &env, rec, &rec.netns, &Target::of_env(&env)).map_err(|e| e.context(context()))?;
+    let name = done.host_netdev.clone();
+    finish(&host.store, rec, done).map_err(|e| e.context(context()))?;
+    Ok(name)
+}
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
