@@ -21,12 +21,16 @@ esac
 
 if [ "$(echo $kernels | wc -w)" -gt 1 ]; then
   rc=0
-  for k in $kernels; do KERNEL=$k "$0" "$@" || rc=1; done
+  cache=${CACHE:-$(cd "$here/../.." && pwd)/.cache/vm}
+  for k in $kernels; do rm -f "$cache/console-$mode-$k.log"; KERNEL=$k "$0" "$@" || rc=1; done
   if [ "$mode" = e2e ]; then
     cache=${CACHE:-$(cd "$here/../.." && pwd)/.cache/vm}
     pass=0; failn=0
     for k in $kernels; do
-      p=$(grep -ac '^RESULT .* PASS' "$cache/console-e2e-$k.log" || true); f=$(grep -ac '^RESULT .* FAIL' "$cache/console-e2e-$k.log" || true)
+      l=$cache/console-e2e-$k.log
+      # A kernel whose machine never ran (or never finished) counts as a failure, not as nothing.
+      if ! grep -aq '^VMDONE' "$l" 2>/dev/null; then echo "e2e[$k]: did not run to the end"; failn=$((failn + 1)); continue; fi
+      p=$(grep -ac '^RESULT .* PASS' "$l" || true); f=$(grep -ac '^RESULT .* FAIL' "$l" || true)
       pass=$((pass + p)); failn=$((failn + f))
     done
     echo "e2e: $pass passed, $failn failed"
@@ -37,9 +41,16 @@ fi
 kernel=$kernels
 case "$kernel" in 6.12|7) ;; *) echo "run.sh: KERNEL=$kernel: 6.12 or 7" >&2; exit 2 ;; esac
 export KERNEL=$kernel
-cache=$("$here/fetch.sh" | tail -1)
-CACHE=$cache "$here/cnitool.sh" >/dev/null
-initrd=$(CACHE=$cache "$here/build-initramfs.sh" | tail -1)
+trap 'echo "run.sh: KERNEL=$kernel: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+# The downloads and the initramfs, tried twice (a registry hiccup on a fresh machine must not fail the run),
+# each failure said with the step that failed.
+prepare() {
+  cache=$("$here/fetch.sh" | tail -1) || { echo "run.sh: KERNEL=$kernel: fetching QEMU/the kernel failed" >&2; return 1; }
+  CACHE=$cache "$here/cnitool.sh" >/dev/null || { echo "run.sh: building cnitool failed" >&2; return 1; }
+  initrd=$(CACHE=$cache "$here/build-initramfs.sh" | tail -1) \
+    || { echo "run.sh: KERNEL=$kernel: building the initramfs failed" >&2; return 1; }
+}
+prepare || { echo "run.sh: KERNEL=$kernel: preparing the machine failed; trying once more" >&2; prepare; }
 kdir=$cache/kernel-$kernel
 kver=$(ls "$kdir/lib/modules" | head -1)
 log=$cache/console-$mode-$kernel.log

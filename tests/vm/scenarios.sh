@@ -398,3 +398,37 @@ ip netns del podu
 
 # RDMA traffic and isolation through plugin-attached VFs (rdma.sh).
 . /rdma.sh
+
+# Orphans heal themselves: a pod netns destroyed without a DEL (the kernel hands the VF back under its pod name
+# with the pod's settings on the PF); `sriov-rdma gc --dry-run` lists it, and the next pfName ADD on that PF
+# reclaims it — PF row and netdev restored — and gets it. Every other VF of PF 0 is held so the ADD must
+# reclaim this one.
+V6=$(VFN 6); P6=$(VFP 6)
+ROW6=$(vfline 6); N6=$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address)
+okp=1; held=""
+for i in 0 1 2 3 4 5; do
+  ip netns add ph$i
+  cni ADD ch$i /var/run/netns/ph$i net1 '{"cniVersion":"1.0.0","name":"hold","type":"sriov-rdma","deviceID":"'$(VFP $i)'"}' >/dev/null \
+    || { okp=0; echo "VMLOG hold $i: $(cat /tmp/err)"; }
+done
+ip netns add porph
+CO='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'","vlan":66,"trust":"on","mtu":9000}'
+cni ADD corph /var/run/netns/porph net1 "$CO" >/dev/null || { okp=0; echo "VMLOG orphan ADD: $(cat /tmp/err)"; }
+ip netns del porph
+for i in $(seq 1 50); do [ -n "$(ls /sys/bus/pci/devices/$P6/net 2>/dev/null)" ] && break; sleep 0.1; done
+D=$($PLUGIN gc --dry-run 2>&1); drc=$?
+echo "$D" | grep "$P6" | sed 's/^/VMLOG gc --dry-run: /'
+echo "$D" | grep "$P6" | grep -q "orphan" && [ $drc = 1 ] || okp=0
+ip netns add pnew
+CP6='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","pfName":"'$PF'"}'
+R=$(cni ADD cnew /var/run/netns/pnew net1 "$CP6"); E=$(cat /tmp/err)
+echo "$E" | grep -q "reclaiming it from corph/net1" || { okp=0; echo "VMLOG no reclaim: $E"; }
+ip -n pnew link show net1 >/dev/null 2>&1 || okp=0
+vfline 6 | grep -q "vlan 66" && okp=0   # the orphan's VLAN is gone
+cni DEL cnew /var/run/netns/pnew net1 "$CP6" || { okp=0; echo "VMLOG DEL new: $(cat /tmp/err)"; }
+ip netns del pnew
+for i in 0 1 2 3 4 5; do cni DEL ch$i /var/run/netns/ph$i net1 '{"cniVersion":"1.0.0","name":"hold","type":"sriov-rdma","deviceID":"'$(VFP $i)'"}' || okp=0; ip netns del ph$i; done
+[ "$ROW6" = "$(vfline 6)" ] || { okp=0; echo "VMLOG row6: $(vfline 6)"; }
+[ "$N6" = "$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address)" ] || { okp=0; echo "VMLOG netdev6: $(ip -o link show "$V6")"; }
+[ -z "$(ls /var/lib/cni/sriov-rdma/*.json 2>/dev/null)" ] || { okp=0; echo "VMLOG records left: $(ls /var/lib/cni/sriov-rdma/)"; }
+[ $okp = 1 ] && pass "orphan-reclaimed-by-pfname-add(gc --dry-run listed it)" || fail orphan-reclaimed-by-pfname-add "see VMLOG"
