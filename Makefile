@@ -57,7 +57,7 @@ demo: deps release
 demo-host: deps release
 	./scripts/demo-host.sh
 
-# ADD+DEL of a real VF against the kernel floor for the same VF, inside the emulated machine.
+# ADD+DEL of a real VF against the kernel floor for the same VF, with CPU time, inside the emulated machine.
 bench-vm: release
 	KERNEL=$(BENCH_KERNEL) ./tests/vm/run.sh bench $(or $(N),20)
 
@@ -65,7 +65,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-# Side-by-side ADD+DEL timings on a stand-in VF (root).
+# Side-by-side ADD+DEL timings and CPU time on stand-in VFs, one at a time and 8 and 16 at once (root).
 bench: deps release
 	./target/release/cni-bench $(or $(N),30)
 
