@@ -1,6 +1,7 @@
 //! sriov-rdma: a CNI plugin that gives a pod an SR-IOV VF and restores it exactly.
 //!
-//! Three layers: [`cni`] (the protocol), [`kernel`] (netlink, netns, sysfs) and [`flow`] (ADD/DEL/CHECK/GC/STATUS).
+//! Three layers: [`cni`] (the protocol), [`kernel`] (netlink, netns, sysfs) and [`flow`] (ADD/DEL/CHECK/GC/STATUS),
+//! over the value types of [`model`] that the first two share.
 
 pub mod log;
 
@@ -9,3 +10,4 @@ pub mod doctor;
 pub mod flow;
 pub mod install;
 pub mod kernel;
+pub mod model;

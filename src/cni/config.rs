@@ -5,6 +5,7 @@
 
 use super::error::{CniError, CniResult, Code};
 use super::types::{IpNet, Mac, PciAddr};
+pub use crate::model::{LinkState, VfSettings, VlanProto};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -41,55 +42,12 @@ impl Version {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum VlanProto {
-    #[serde(rename = "802.1q")]
-    Dot1Q,
-    #[serde(rename = "802.1ad")]
-    Dot1Ad,
-}
-
-impl VlanProto {
-    /// The ethertype the kernel wants in `ifla_vf_vlan_info`.
-    pub fn ethertype(self) -> u16 {
-        match self {
-            VlanProto::Dot1Q => 0x8100,
-            VlanProto::Dot1Ad => 0x88a8,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LinkState {
-    Auto,
-    Enable,
-    Disable,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
     Error,
     Warning,
     Info,
     Debug,
-}
-
-/// The PF-side settings of a VF that the configuration asks for; `None` means "leave as it is".
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct VfSettings {
-    pub mac: Option<Mac>,
-    pub vlan: Option<u16>,
-    pub vlan_qos: Option<u8>,
-    pub vlan_proto: Option<VlanProto>,
-    pub spoofchk: Option<bool>,
-    pub trust: Option<bool>,
-    pub link_state: Option<LinkState>,
-    pub min_tx_rate: Option<u32>,
-    pub max_tx_rate: Option<u32>,
-    /// InfiniBand node and port GUID of the VF.
-    #[serde(default)]
-    pub guid: Option<u64>,
 }
 
 /// What to do with the VF's RDMA device (`rdma`).

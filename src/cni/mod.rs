@@ -4,7 +4,8 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod result;
-pub mod types;
+/// The value types live in [`crate::model`]; this path stays for the protocol layer's readers.
+pub use crate::model as types;
 
 pub use config::{NetConf, Version};
 pub use env::{CniEnv, Command};

@@ -1,7 +1,7 @@
 //! NETLINK_ROUTE operations the plugin needs: links, netns moves, VF info, addresses, routes.
 
 use super::netlink::{errno, Kind, Route, Socket};
-use crate::cni::types::{IpNet, Mac};
+use crate::model::{IpNet, Mac};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop, VfInfo};
 use netlink_packet_route::route::{

@@ -4,7 +4,7 @@
 //! netdevs are real veth ends).
 
 use crate::cni::error::{CniError, CniResult};
-use crate::cni::types::PciAddr;
+use crate::model::PciAddr;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};

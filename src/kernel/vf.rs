@@ -4,9 +4,8 @@
 //! and for real against the emulated SR-IOV NIC (a veth PF answers EOPNOTSUPP).
 
 use super::link::RouteSocket;
-use crate::cni::config::{LinkState, VfSettings, VlanProto};
 use crate::cni::error::CniError;
-use crate::cni::types::Mac;
+use crate::model::{LinkState, Mac, VfSettings, VlanProto};
 use netlink_packet_route::link::{
     LinkAttribute, LinkVfInfo, VfInfo, VfInfoGuid, VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck,
     VfInfoTrust, VfInfoVlan, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
