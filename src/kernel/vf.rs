@@ -109,6 +109,21 @@ impl VfSetting {
         }]
     }
 
+    /// Whether the PF reports this value already. A value the PF does not report is never taken as held.
+    pub fn holds_in(&self, st: &VfState) -> bool {
+        match self {
+            VfSetting::Mac(m) => st.mac == Some(*m),
+            VfSetting::Vlan { vlan, qos, proto } => {
+                st.vlan == *vlan && st.qos == *qos && st.vlan_proto.unwrap_or(VlanProto::Dot1Q) == *proto
+            }
+            VfSetting::SpoofChk(b) => st.spoofchk == Some(*b),
+            VfSetting::Trust(b) => st.trust == Some(*b),
+            VfSetting::LinkState(l) => st.link_state == Some(*l),
+            VfSetting::Rate { min, max } => st.min_tx_rate == *min && st.max_tx_rate == *max,
+            VfSetting::Guid { node, port } => st.node_guid == Some(*node) && st.port_guid == Some(*port),
+        }
+    }
+
     /// The same kind of setting with the VF's original values.
     pub fn original(&self, orig: &VfState) -> Option<VfSetting> {
         Some(match self {
@@ -188,13 +203,20 @@ pub fn apply_all(
     Ok(())
 }
 
-/// Puts back the original value of every setting in `plan`, in reverse; keeps going and returns the errors.
+/// Puts back the original value of every setting in `plan`, in reverse; keeps going and returns the errors. A
+/// setting the PF already reports at its original value is left alone, so restoring is idempotent: a DEL after an
+/// interrupted ADD (which undoes the whole plan) never trips over a setting that was never applied — one the NIC
+/// refuses, say.
 pub fn restore_all(ctl: &mut dyn PfControl, pf: &Pf, vf: u32, plan: &[VfSetting], orig: &VfState) -> Vec<String> {
     let mut errors = Vec::new();
+    let now = ctl.vf_state(pf, vf).ok().flatten();
     for s in plan.iter().rev() {
         let Some(back) = s.original(orig) else {
             continue;
         };
+        if now.as_ref().is_some_and(|now| back.holds_in(now)) {
+            continue;
+        }
         if let Err(e) = ctl.apply(pf, vf, &back) {
             errors.push(format!("restoring {back} on VF {vf} of PF {}: {e}", pf.name));
         }
@@ -381,6 +403,23 @@ mod tests {
         assert_eq!(ctl.log.len(), 8);
         assert_eq!(ctl.log[4], VfSetting::Trust(false));
         assert_eq!(ctl.log[7], VfSetting::Mac(Mac([0; 6])));
+    }
+
+    #[test]
+    fn restoring_the_whole_plan_skips_what_was_never_applied() {
+        // A DEL after an ADD killed before its PF settings: the whole plan is undone, but link_state (which this
+        // NIC refuses) was never set, so restoring it must not be tried, nor fail.
+        let mut ctl =
+            RecordingPf { state: orig(), refuse: Some(|s| matches!(s, VfSetting::LinkState(_))), ..Default::default() };
+        let plan = planned(&cfg(), &orig());
+        assert!(restore_all(&mut ctl, &pf(), 1, &plan, &orig()).is_empty());
+        assert!(ctl.log.is_empty(), "nothing differed from the original: {:?}", ctl.log);
+        // Partly applied: only what differs is put back.
+        ctl.apply(&pf(), 1, &VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q }).unwrap();
+        assert!(restore_all(&mut ctl, &pf(), 1, &plan, &orig()).is_empty());
+        assert_eq!(ctl.log.last(), Some(&VfSetting::Vlan { vlan: 0, qos: 0, proto: VlanProto::Dot1Q }));
+        assert_eq!(ctl.log.len(), 2);
+        assert_eq!(ctl.state, orig());
     }
 
     #[test]
