@@ -15,8 +15,8 @@ case "$mode" in
   demo) sh /demo.sh 2>&1 ;;
   probe) sh /rdma-probe.sh 2>&1 ;;
   # In a subshell: a failed setup exits it (not PID 1) and its RESULT line is printed.
-  bench) ( . /vmlib.sh >/tmp/setup.log; /usr/sbin/cni-bench --vfs "$(VFP 1),$(VFP 0),$(VFP 2),$(VFP 3),$(VFP 4),$(VFP 5),$(VFP 6)" "$rounds" 2>&1 | sed 's/^/BENCH /' )
-         grep '^RESULT setup FAIL' /tmp/setup.log ;;
+  bench) ( . /vmlib.sh >/tmp/setup.log; grep '^RESULT setup' /tmp/setup.log; /usr/sbin/cni-bench --vfs "$(VFP 1),$(VFP 0),$(VFP 2),$(VFP 3),$(VFP 4),$(VFP 5),$(VFP 6)" "$rounds" 2>&1 | sed 's/^/BENCH /' )
+         grep -q '^RESULT setup PASS' /tmp/setup.log || grep '^RESULT setup FAIL' /tmp/setup.log ;;
   *) sh /scenarios.sh 2>&1 ;;
 esac
 echo "VMDONE"
