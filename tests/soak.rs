@@ -272,8 +272,10 @@ fn a_thousand_add_del_cycles_leak_nothing() {
         assert!(leaked.is_empty(), "the IPAM plugin inherited fds from sriov-rdma: {leaked:?}\n{}", p.text);
     }
     let own = |p: &Probe| p.parent_fds.saturating_sub(3 + inherited.len());
+    // The fd count depends on the path an invocation takes (ADD or DEL, pfName, IPAM): "early" is the first half,
+    // large enough to have taken every path, so a later run above it is growth, not a path not yet seen.
     let fifth = seen.len() / 5;
-    let early = seen[..fifth].iter().map(|(_, p)| own(p)).max().unwrap();
+    let early = seen[..seen.len() / 2].iter().map(|(_, p)| own(p)).max().unwrap();
     let late = seen[seen.len() - fifth..].iter().map(|(_, p)| own(p)).max().unwrap();
     let peak = seen.iter().map(|(_, p)| own(p)).max().unwrap();
     eprintln!(
