@@ -184,7 +184,7 @@ pub fn report(netns: Option<&str>) -> Report {
                     a.pci, a.container_id, a.ifname
                 ));
             }
-            if !a.netns.is_empty() && !std::path::Path::new(&a.netns).exists() {
+            if crate::flow::orphans::is_orphan(a) {
                 warnings.push(format!(
                     "VF {} is recorded for {}/{} but {} is gone: an orphan; `sriov-rdma gc` reclaims it (so does the \
                      next ADD that wants it)",

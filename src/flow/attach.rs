@@ -16,6 +16,7 @@ use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::result::{AttachResult, Interface};
 use crate::cni::types::Mac;
+use crate::kernel::link::Link;
 use crate::kernel::netlink::errno;
 use crate::kernel::rdma::{self as kernel_rdma, RdmaSocket};
 use crate::kernel::sysfs::Vf;
@@ -348,18 +349,27 @@ fn roce_gids(
     Ok(found)
 }
 
+/// Binds the VF's driver again (mlx5 applies a new GUID, igb hands its VF an admin MAC, only then) and finds its
+/// netdev, which comes back with a new ifindex (and possibly name); the record follows the ifindex.
+fn rebind(host: &mut Host, rec: &mut Attachment, why: &str) -> CniResult<Option<Link>> {
+    let driver = rec.driver.clone().unwrap_or_default();
+    host.sysfs.rebind(&rec.pci).ctx(|| format!("rebinding VF {} to {driver} {why}", rec.pci))?;
+    let Some(name) = rec.netdev.as_ref().map(|l| l.name.clone()) else {
+        return Ok(None);
+    };
+    let link = find_host_netdev(host, rec, &name, RETURN_WAIT).map_err(CniError::io)?.ok_or_else(|| {
+        CniError::io(format!("VF {} has no netdev {}s after rebinding {driver}", rec.pci, RETURN_WAIT.as_secs()))
+    })?;
+    if let Some(n) = rec.netdev.as_mut() {
+        n.index = link.index;
+    }
+    Ok(Some(link))
+}
+
 /// mlx5 applies a new GUID only after the VF driver is rebound; the netdev and RDMA device come back with
 /// new indexes (and possibly names), so both are looked up again. Exercised by fakes only: no mlx5 here.
 fn refresh_after_rebind(host: &mut Host, rec: &mut Attachment, sock: Option<&mut RdmaSocket>) -> CniResult<()> {
-    host.sysfs.rebind(&rec.pci).ctx(|| format!("rebinding VF {} to mlx5_core to apply its GUID", rec.pci))?;
-    if let Some(name) = rec.netdev.as_ref().map(|l| l.name.clone()) {
-        let link = find_host_netdev(host, rec, &name, RETURN_WAIT).map_err(CniError::io)?.ok_or_else(|| {
-            CniError::io(format!("VF {} has no netdev {}s after the driver rebind", rec.pci, RETURN_WAIT.as_secs()))
-        })?;
-        if let Some(orig) = rec.netdev.as_mut() {
-            orig.index = link.index;
-        }
-    }
+    rebind(host, rec, "to apply its GUID")?;
     if let (Some(r), Some(sock)) = (rec.rdma.as_mut(), sock) {
         let name = host.sysfs.rdma_devices_of(&rec.pci).into_iter().next().unwrap_or(r.device.name.clone());
         let index = sock.devices().ctx(|| "listing RDMA devices".to_string())?.into_iter().find(|d| d.name == name);
@@ -368,7 +378,7 @@ fn refresh_after_rebind(host: &mut Host, rec: &mut Attachment, sock: Option<&mut
     Ok(())
 }
 
-/// Moves the netdev into the pod under CNI_IFNAME, then MTU, MAC, up; returns its index there.
+/// Moves the netdev into the pod under CNI_IFNAME, then MTU and up; returns its index there.
 fn move_into_pod(
     host: &mut Host,
     pod: &mut Pod,
@@ -389,17 +399,15 @@ fn move_into_pod(
             .link_by_name(&env.ifname)
             .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
             .ok_or_else(|| CniError::io(format!("VF {} vanished after the move into {}", rec.pci, env.netns)))?;
+        // The MAC needs nothing here: an admin MAC was made the netdev's own before the move (follow_admin_mac).
         let mut attrs = Vec::new();
         if let Some(mtu) = conf.mtu.filter(|m| *m != l.mtu) {
             attrs.push(LinkAttribute::Mtu(mtu));
         }
-        if let Some(mac) = conf.vf.mac.filter(|m| Some(*m) != l.mac) {
-            attrs.push(LinkAttribute::Address(mac.0.to_vec()));
-        }
         pod.route
             .set_link(l.index, attrs, Some(true))
-            .ctx(|| format!("setting MTU/MAC and bringing up {} in {}", env.ifname, env.netns))?;
-        iface.mac = conf.vf.mac.or(l.mac);
+            .ctx(|| format!("setting the MTU and bringing up {} in {}", env.ifname, env.netns))?;
+        iface.mac = l.mac;
         iface.mtu = Some(conf.mtu.unwrap_or(l.mtu));
         index = Some(l.index);
     }
@@ -423,22 +431,18 @@ fn follow_admin_mac(host: &mut Host, rec: &mut Attachment, mac: Mac) -> CniResul
         Err(e) if matches!(errno(&e), Some(libc::EADDRNOTAVAIL) | Some(libc::EPERM)) => e,
         Err(e) => return Err(CniError::io(format!("setting mac {mac} on VF {} ({}): {e}", rec.pci, cur.name))),
     };
-    let driver = rec.driver.clone().unwrap_or_default();
-    crate::info!("VF {}: the VF driver may not take admin MAC {mac} itself ({refused}); rebinding {driver}", rec.pci);
-    host.sysfs.rebind(&rec.pci).ctx(|| format!("rebinding VF {} to {driver} so it takes admin MAC {mac}", rec.pci))?;
-    let link = find_host_netdev(host, rec, &orig.name, RETURN_WAIT).map_err(CniError::io)?.ok_or_else(|| {
-        CniError::io(format!("VF {} has no netdev {}s after rebinding {driver}", rec.pci, RETURN_WAIT.as_secs()))
-    })?;
+    crate::info!("VF {}: the VF driver may not take admin MAC {mac} itself ({refused}); rebinding it", rec.pci);
+    let Some(link) = rebind(host, rec, &format!("so it takes admin MAC {mac}"))? else {
+        return Ok(());
+    };
     if link.mac != Some(mac) {
         return Err(CniError::io(format!(
-            "VF {} ({}) does not carry admin MAC {mac} after rebinding {driver} (it has {})",
+            "VF {} ({}) does not carry admin MAC {mac} after rebinding {} (it has {})",
             rec.pci,
             link.name,
+            rec.driver.as_deref().unwrap_or_default(),
             link.mac.map(|m| m.to_string()).unwrap_or_default()
         )));
-    }
-    if let Some(n) = rec.netdev.as_mut() {
-        n.index = link.index;
     }
     Ok(())
 }

@@ -232,14 +232,16 @@ fn restore_macs(host: &mut Host, rec: &Attachment, pf: &Pf, cur: Option<&Link>, 
     if let Err(e) = set_netdev_mac(host, rec, cur, true) {
         errors.push(e);
     }
-    let original = rec.vf_original.as_ref().and_then(|o| o.mac).filter(|m| *m != zero);
-    if let Some(o) = original {
-        let mut ctl = NetlinkPf(&mut host.route);
-        let now = ctl.vf_state(pf, rec.vf_index).ok().flatten().and_then(|s| s.mac);
-        if now != Some(o) {
-            if let Err(e) = ctl.apply(pf, rec.vf_index, &VfSetting::Mac(o)) {
-                errors.push(format!("restoring mac {o} on VF {} of PF {}: {e}", rec.vf_index, pf.name));
-            }
+    // An all-zero original was restored by the clearing; restore_all leaves one the PF already reports.
+    if let Some(orig) = rec.vf_original.as_ref() {
+        if let Some(o) = orig.mac.filter(|m| *m != zero) {
+            errors.extend(vf::restore_all(
+                &mut NetlinkPf(&mut host.route),
+                pf,
+                rec.vf_index,
+                &[VfSetting::Mac(o)],
+                orig,
+            ));
         }
     }
     errors

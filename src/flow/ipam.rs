@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// The attachment IPAM works for (GC runs DEL for records, not for the invoking environment).
+#[derive(Clone, Copy)]
 pub struct Target<'a> {
     pub container_id: &'a str,
     pub ifname: &'a str,
@@ -62,9 +63,7 @@ pub fn spawn<'a>(
     };
     let plugin = find(env, &ipam.kind)?;
     let child = start(&plugin, &ipam.kind, &conf.raw, command, target)?;
-    let target =
-        Target { container_id: target.container_id, ifname: target.ifname, netns: target.netns, path: target.path };
-    Ok(Some(Pending { child, plugin, conf, command, target }))
+    Ok(Some(Pending { child, plugin, conf, command, target: *target }))
 }
 
 /// Whether IPAM may run while the netdev moves: DHCP needs the interface in the pod first.

@@ -147,7 +147,8 @@ impl<F: Family> Socket<F> {
                 if len < 16 || off + len > data.len() {
                     return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated netlink message"));
                 }
-                let msg = NetlinkMessage::<F::Message>::deserialize(&data[off..off + len])
+                let raw = &data[off..off + len];
+                let msg = NetlinkMessage::<F::Message>::deserialize(raw)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
                 off += (len + 3) & !3;
                 if msg.header.sequence_number != seq {
@@ -159,7 +160,7 @@ impl<F: Family> Socket<F> {
                     NetlinkPayload::Error(e) => {
                         return match e.code {
                             None => Ok(out),
-                            Some(code) => Err(match ext_ack_msg(&data[off - ((len + 3) & !3)..][..len]) {
+                            Some(code) => Err(match ext_ack_msg(raw) {
                                 Some(ext_ack) => {
                                     io::Error::new(e.to_io().kind(), KernelError { errno: code.get().abs(), ext_ack })
                                 }
