@@ -43,7 +43,11 @@ pub fn link(ns: Option<&str>, name: &str) -> Option<Value> {
 /// The addresses of a device in a namespace, as `addr/prefix`.
 pub fn addrs(ns: &str, name: &str) -> Vec<String> {
     let out = must(&["ip", "-n", ns, "-j", "addr", "show", "dev", name]);
-    let v: Value = serde_json::from_str(&out).unwrap();
+    addr_list(&serde_json::from_str(&out).unwrap())
+}
+
+/// The addresses in `ip -j addr show dev X` output, as `addr/prefix`.
+pub fn addr_list(v: &Value) -> Vec<String> {
     v[0]["addr_info"]
         .as_array()
         .into_iter()

@@ -507,13 +507,7 @@ pub fn ns_addrs4(netns: &Path, name: &str) -> Vec<String> {
         .output()
         .unwrap();
     assert!(out.status.success(), "ip addr in {}: {}", netns.display(), String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v[0]["addr_info"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-        .collect()
+    crate::common::addr_list(&serde_json::from_slice(&out.stdout).unwrap())
 }
 
 /// The interface names in a namespace given by path.
