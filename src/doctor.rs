@@ -4,7 +4,8 @@
 //! ports and GID tables (like `show_gids`), the RDMA netns mode and what it means for the `rdma` policy, and
 //! warnings with the fix. Exit status 1 when something blocks ADD.
 
-use crate::flow::state::{Attachment, Store};
+use crate::flow::context::Paths;
+use crate::flow::state::Attachment;
 use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self, NetnsMode, RdmaDevice, RdmaPort};
@@ -157,10 +158,11 @@ fn read_num(p: std::path::PathBuf) -> Option<i64> {
 
 /// Builds the report. `netns` switches the RDMA part to a pod's view.
 pub fn report(netns: Option<&str>) -> Report {
-    let sysfs = Sysfs::from_env();
+    let paths = Paths::of_process();
+    let sysfs = paths.sysfs();
     let mut warnings = Vec::new();
     let mut blockers = Vec::new();
-    let records: Vec<Attachment> = match Store::open().and_then(|s| s.all()) {
+    let records: Vec<Attachment> = match paths.store().and_then(|s| s.all()) {
         Ok(r) => r,
         Err(e) => {
             blockers.push(format!("{e}: ADD cannot record attachments (check /var/lib/cni permissions)"));

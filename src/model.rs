@@ -192,6 +192,27 @@ pub struct VfSettings {
     pub guid: Option<u64>,
 }
 
+/// A kernel error that came with an extended-ack message: the errno and the kernel's own words. Both layers read
+/// it: the kernel layer makes it, the flow decides on its errno and the protocol layer reports it.
+#[derive(Debug)]
+pub struct KernelError {
+    pub errno: i32,
+    pub ext_ack: String,
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (kernel: {})", std::io::Error::from_raw_os_error(self.errno), self.ext_ack)
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// The errno behind an error, whether it is a plain OS error or a kernel error with an extended ack.
+pub fn errno(e: &std::io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| e.get_ref()?.downcast_ref::<KernelError>().map(|k| k.errno))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,8 @@
-//! An upgrade must not strand a VF: DEL finishes an attachment whose record was written by the 0.1.0 release
-//! (tests/data/record-0.1.0.json, kept verbatim as that release wrote it). Only the fields that name this
-//! machine's devices (PCI addresses, PF, netns, the netdev's ifindex/name/MAC) are pointed at the test bed's.
+//! An upgrade must not strand a VF: DEL finishes an attachment whose record an earlier release wrote, in each
+//! earlier on-disk format (tests/data/record-0.1.0.json: format 0, release 0.1.0; tests/data/record-1.json: format
+//! 1, the release before the journal; both kept verbatim as those releases wrote them after an ADD). Only the
+//! fields that name the machine's devices (PCI addresses, PF, netns, the netdev's ifindex/name/MAC) are pointed at
+//! this test bed's. Format 2 is pinned byte for byte by src/flow/record.rs's unit test.
 mod common;
 #[path = "cri/require.rs"]
 mod require;
@@ -8,18 +10,15 @@ mod require;
 use common::*;
 use serde_json::Value;
 
-#[test]
-fn del_finishes_an_attachment_recorded_by_release_0_1_0() {
-    if !require::required("del_finishes_an_attachment_recorded_by_release_0_1_0", &["/usr/lib/cni/static"]) {
-        return;
-    }
-    let mut bed = Bed::new("gld", 1);
+/// Puts the VF into the state that release's ADD left (moved into the pod as net1, MTU 4000, an address, up),
+/// writes the sample record pointed at this bed, runs today's DEL and checks the host got everything back.
+fn del_finishes(tag: &str, sample: &str) {
+    let mut bed = Bed::new(tag, 1);
     let ns = bed.netns();
     let (pci, vf) = bed.vfs[0].clone();
     let before = identity(None, &vf).unwrap();
     let l = link(None, &vf).unwrap();
-    let mut rec: Value =
-        serde_json::from_str(include_str!("data/record-0.1.0.json")).expect("the 0.1.0 sample is JSON");
+    let mut rec: Value = serde_json::from_str(sample).expect("the sample is JSON");
     rec["pci"] = pci.clone().into();
     rec["pf"] = bed.pf.clone().into();
     rec["pf_pci"] = bed.pf_pci.clone().into();
@@ -29,7 +28,6 @@ fn del_finishes_an_attachment_recorded_by_release_0_1_0() {
     rec["netdev"]["mac"] = before.1.clone().into();
     assert_eq!(rec["netdev"]["mtu"], 1500);
     assert_eq!(rec["mtu"], 4000);
-    // What that release's ADD did: the VF moved into the pod as net1 with MTU 4000 and an address, up.
     must(&["ip", "link", "set", &vf, "netns", &ns, "name", "net1"]);
     must(&["ip", "-n", &ns, "link", "set", "net1", "mtu", "4000", "up"]);
     must(&["ip", "-n", &ns, "addr", "add", "10.77.0.9/24", "dev", "net1"]);
@@ -41,5 +39,24 @@ fn del_finishes_an_attachment_recorded_by_release_0_1_0() {
     r.ok();
     assert_eq!(identity(None, &vf), Some(before), "name, MAC, MTU, up state as before that ADD");
     assert!(link(Some(&ns), "net1").is_none());
-    assert!(bed.records().is_empty(), "the 0.1.0 record is finished and removed");
+    assert!(bed.records().is_empty(), "the record is finished and removed");
+}
+
+#[test]
+fn del_finishes_an_attachment_recorded_by_release_0_1_0() {
+    if !require::required("del_finishes_an_attachment_recorded_by_release_0_1_0", &["/usr/lib/cni/static"]) {
+        return;
+    }
+    del_finishes("gld", include_str!("data/record-0.1.0.json"));
+}
+
+#[test]
+fn del_finishes_an_attachment_recorded_in_format_1() {
+    if !require::required("del_finishes_an_attachment_recorded_in_format_1", &["/usr/lib/cni/static"]) {
+        return;
+    }
+    let sample = include_str!("data/record-1.json");
+    let v: Value = serde_json::from_str(sample).unwrap();
+    assert_eq!(v["version"], 1, "the sample is format 1");
+    del_finishes("gl1", sample);
 }

@@ -1,18 +1,17 @@
 //! CHECK, GC and STATUS.
 
-use super::detach::{finish, release};
-use super::host::{Host, Pod};
+use super::context::{Host, Paths, Pod};
+use super::del::{finish, release};
 use super::ipam::{self, Target};
 use super::rdma::{lookup_gids, GidLookup};
 use super::state::Attachment;
-use super::state::Store;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
-use crate::cni::error::{CniError, CniResult, Code, IoContext};
+use crate::cni::error::{CniError, CniResult, Code, Failures, IoContext};
 use crate::cni::types::IpNet;
 use crate::cni::types::Mac;
 use crate::kernel::sysfs::Sysfs;
-use crate::kernel::vf::{self, NetlinkPf, PfControl, VfSetting, VfState};
+use crate::kernel::vf::{NetlinkPf, PfControl, VfSetting, VfState};
 use serde_json::Value;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -34,9 +33,9 @@ fn shows(st: &VfState, s: &VfSetting) -> bool {
     }
 }
 
-pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
-    let store = Store::open()?;
-    let rec = store.find(&conf.name, &env.container_id, &env.ifname)?.ok_or_else(|| {
+pub fn check(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
+    let mut host = Host::open(paths)?;
+    let rec = host.store.find(&conf.name, &env.container_id, &env.ifname)?.ok_or_else(|| {
         CniError::new(
             Code::ContainerUnknown,
             format!("no attachment of {}/{} on network {}", env.container_id, env.ifname, conf.name),
@@ -61,7 +60,7 @@ pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
             .and_then(|ifs| ifs.iter().find(|i| i.get("name").and_then(Value::as_str) == Some(&env.ifname)))
             .and_then(|i| i.get("mac").and_then(Value::as_str))
             .and_then(|m| m.parse::<Mac>().ok());
-        if let Some(want) = prev_mac.or(rec.vf_settings.mac) {
+        if let Some(want) = prev_mac.or(rec.admin_mac()) {
             if l.mac != Some(want) {
                 return Err(mismatch(format!(
                     "MAC of {} in {} is {}, expected {want}",
@@ -77,12 +76,11 @@ pub fn check(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
                 return Err(mismatch(format!("address {want} is missing from {} in {}", env.ifname, env.netns)));
             }
         }
-        check_gids(&pod, env, &rec, &have)?;
+        check_gids(&host.sysfs, &pod, env, &rec, &have)?;
     }
-    if let Some(orig) = &rec.vf_original {
-        let plan = vf::planned(&rec.vf_settings, orig);
+    if rec.vf_original.is_some() {
+        let plan = rec.pf_settings();
         if !plan.is_empty() {
-            let mut host = Host::open()?;
             let pf = host.pf(&rec.pf)?;
             let st = NetlinkPf(&mut host.route)
                 .vf_state(&pf, rec.vf_index)
@@ -110,15 +108,14 @@ fn pod_rdma_device(pod: &Pod, rec: &Attachment, ifname: &str) -> Option<String> 
 }
 
 /// Every pod address has a RoCE v2 GID on the interface's RDMA device, at the index ADD recorded.
-fn check_gids(pod: &Pod, env: &CniEnv, rec: &Attachment, have: &[IpNet]) -> CniResult<()> {
+fn check_gids(sysfs: &Sysfs, pod: &Pod, env: &CniEnv, rec: &Attachment, have: &[IpNet]) -> CniResult<()> {
     if rec.rdma.as_ref().is_some_and(|r| !r.moved && r.gids.is_empty()) {
         // Left in place (shared mode) with no GID at ADD: nothing was promised.
         return Ok(());
     }
     let Some(dev) = pod_rdma_device(pod, rec, &env.ifname) else { return Ok(()) };
-    let sysfs = Sysfs::from_env();
     let ips: Vec<IpAddr> = have.iter().map(|n| n.addr).filter(|a| !is_link_local(a)).collect();
-    let lookup = lookup_gids(&sysfs, &pod.ns, &dev, &ips, Duration::from_millis(500))
+    let lookup = lookup_gids(sysfs, &pod.ns, &dev, &ips, Duration::from_millis(500))
         .ctx(|| format!("reading the GID table of {dev} in {}", env.netns))?;
     let found = match lookup {
         GidLookup::Found(found) => found,
@@ -150,58 +147,46 @@ fn is_link_local(a: &IpAddr) -> bool {
     }
 }
 
-pub fn gc(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
-    let store = Store::open()?;
+pub fn gc(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
+    let mut host = Host::open(paths)?;
     let keep = conf.valid_attachments.clone().unwrap_or_default();
-    let mut host: Option<Host> = None;
-    let mut errors = Vec::new();
-    for rec in store.all()? {
+    let mut errors = Failures::default();
+    for rec in host.store.all()? {
         if rec.network != conf.name || keep.iter().any(|k| k.container_id == rec.container_id && k.ifname == rec.ifname)
         {
             continue;
         }
-        let lock = match store.lock(&rec.pci) {
+        let lock = match host.store.lock(&rec.pci) {
             Ok(l) => l,
             Err(e) => {
                 errors.push(e);
                 continue;
             }
         };
-        if store.load(&rec.pci)?.as_ref() != Some(&rec) {
+        if host.store.load(&rec.pci)?.as_ref() != Some(&rec) {
             continue;
         }
         crate::info!("GC: releasing stale attachment {}/{} (VF {})", rec.container_id, rec.ifname, rec.pci);
-        let h = match host.as_mut() {
-            Some(h) => h,
-            None => host.insert(Host::open()?),
-        };
         let target =
             Target { container_id: &rec.container_id, ifname: &rec.ifname, netns: &rec.netns, path: &env.path };
-        let done = release(h, conf, env, &rec, &rec.netns, &target).and_then(|d| finish(&store, &rec, d));
+        let done = release(&mut host, conf, env, &rec, &rec.netns, target).and_then(|d| finish(&host.store, &rec, d));
         if let Err(e) = done {
             errors.push(e);
         }
         drop(lock);
     }
-    match errors.first() {
-        None => Ok(()),
-        Some(first) => {
-            // One code for all: theirs when they agree (a busy VF stays 11), else 5.
-            let code = if errors.iter().all(|e| e.code == first.code) { first.code } else { Code::Io };
-            let all: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            Err(CniError::new(code, format!("GC: {}", vf::join(&all))))
-        }
-    }
+    // A busy VF keeps its 11.
+    errors.into_error("GC").map_or(Ok(()), Err)
 }
 
-pub fn status(conf: &NetConf, env: &CniEnv) -> CniResult<()> {
+pub fn status(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let unavailable = |msg: String| CniError::new(Code::NotAvailable, msg);
-    let store = Store::open().map_err(|e| unavailable(e.msg))?;
+    let store = paths.store().map_err(|e| unavailable(e.msg))?;
     store
         .probe_writable()
         .map_err(|e| unavailable(format!("state directory {} is not writable: {e}", store.dir().display())))?;
     if let Some(crate::cni::config::VfSource::Pf(pf)) = &conf.source {
-        Sysfs::from_env().pf_pci(pf).map_err(|e| unavailable(e.msg))?;
+        paths.sysfs().pf_pci(pf).map_err(|e| unavailable(format!("pfName {pf}: {e}")))?;
     }
     if let Some(ipam) = &conf.ipam {
         if !env.path.iter().any(|d| d.join(&ipam.kind).is_file()) {

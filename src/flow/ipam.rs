@@ -71,28 +71,6 @@ pub fn can_overlap(conf: &NetConf) -> bool {
     conf.ipam.as_ref().is_some_and(|i| i.kind != "dhcp")
 }
 
-/// Runs `work` with the IPAM `command` alongside it where it may overlap (the netns move is mostly a kernel
-/// wait), else after it. Returns what `work` returned and the IPAM output (empty without `ipam`); fails
-/// without running `work` when the IPAM plugin cannot even be started.
-pub fn around<T>(
-    conf: &NetConf,
-    env: &CniEnv,
-    command: &str,
-    target: &Target,
-    work: impl FnOnce() -> T,
-) -> CniResult<(T, CniResult<Vec<u8>>)> {
-    if let Some(ipam) = &conf.ipam {
-        find(env, &ipam.kind)?;
-    }
-    if !can_overlap(conf) {
-        let done = work();
-        return Ok((done, exec(conf, env, command, target)));
-    }
-    let pending = spawn(conf, env, command, target)?;
-    let done = work();
-    Ok((done, pending.map_or(Ok(Vec::new()), Pending::wait)))
-}
-
 impl Pending<'_> {
     /// Waits for the plugin. One older than our cniVersion (Debian's 1.1.1 plugins stop at 1.0.0) answers
     /// code 1; it is then asked for its versions and called again with the newest one both sides speak.

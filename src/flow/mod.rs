@@ -1,12 +1,15 @@
 //! The attach/detach flow: what ADD, DEL, CHECK, GC and STATUS do with the protocol and kernel layers.
 
-pub mod attach;
+pub mod add;
 pub mod check;
-pub mod detach;
-pub mod host;
+pub mod context;
+pub mod del;
 pub mod ipam;
+pub mod journal;
+pub mod netdev;
 pub mod orphans;
 pub mod rdma;
+pub mod record;
 pub mod state;
 
 use crate::cni::config::{sniff_version, NetConf, Version, SUPPORTED_VERSIONS};
@@ -34,12 +37,13 @@ pub fn changing_state() {
 }
 
 fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Option<String>> {
-    let env = env::from_vars(get)?;
+    let env = env::from_vars(&get)?;
     if env.command == Command::Version {
         let v = sniff_version(stdin);
         return Ok(Some(serde_json::json!({"cniVersion": v, "supportedVersions": SUPPORTED_VERSIONS}).to_string()));
     }
     let conf = NetConf::parse(stdin, &env.args)?;
+    let paths = context::Paths::from_env(&get);
     crate::log::init(conf.log_level, conf.log_file.as_deref());
     let need = |min: Version, what: &str| -> CniResult<()> {
         if conf.version < min {
@@ -56,21 +60,21 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     };
     match env.command {
         Command::Add => {
-            let r = attach::add(&conf, &env)?;
+            let r = add::add(&paths, &conf, &env)?;
             Ok(Some(r.to_json(conf.version).to_string()))
         }
-        Command::Del => detach::del(&conf, &env).map(|_| None),
+        Command::Del => del::del(&paths, &conf, &env).map(|_| None),
         Command::Check => {
             need(Version::V0_4_0, "CHECK")?;
-            check::check(&conf, &env).map(|_| None)
+            check::check(&paths, &conf, &env).map(|_| None)
         }
         Command::Gc => {
             need(Version::V1_1_0, "GC")?;
-            check::gc(&conf, &env).map(|_| None)
+            check::gc(&paths, &conf, &env).map(|_| None)
         }
         Command::Status => {
             need(Version::V1_1_0, "STATUS")?;
-            check::status(&conf, &env).map(|_| None)
+            check::status(&paths, &conf, &env).map(|_| None)
         }
         Command::Version => Ok(None),
     }

@@ -2,10 +2,10 @@
 //! next ADD that wants such a VF reclaims it, and `sriov-rdma gc` does it with no runtime involved (Multus never
 //! forwards GC to a secondary plugin; containerd never calls it).
 
-use super::detach::{finish, release};
-use super::host::Host;
+use super::context::{not_usable, Host, Paths};
+use super::del::{finish, release};
 use super::ipam::Target;
-use super::state::{Attachment, Store};
+use super::state::Attachment;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::CniResult;
@@ -23,7 +23,7 @@ pub fn is_orphan(rec: &Attachment) -> bool {
 /// The VF as sysfs shows it after a reclaim, with the netdev name the reclaim left it under.
 pub(super) fn vf_after_reclaim(host: &mut Host, pci: &PciAddr, a: &Attachment) -> CniResult<Vf> {
     let name = reclaim(host, a)?;
-    let mut vf = host.sysfs.vf(pci)?;
+    let mut vf = host.sysfs.vf(pci).map_err(|e| not_usable(format!("VF {pci}"), e))?;
     if name.is_some() {
         vf.netdev = name;
     }
@@ -54,7 +54,7 @@ pub fn reclaim(host: &mut Host, rec: &Attachment) -> CniResult<Option<String>> {
         args: Default::default(),
         path: rec.cni_path.clone(),
     };
-    let done = release(host, &conf, &env, rec, &rec.netns, &Target::of_env(&env)).map_err(|e| e.context(context()))?;
+    let done = release(host, &conf, &env, rec, &rec.netns, Target::of_env(&env)).map_err(|e| e.context(context()))?;
     let name = done.host_netdev.clone();
     finish(&host.store, rec, done).map_err(|e| e.context(context()))?;
     Ok(name)
@@ -85,8 +85,8 @@ pub struct Row {
 }
 
 /// Every record with what became of it. Each VF is locked while it is looked at, as ADD and DEL lock it.
-pub fn run(dry_run: bool) -> CniResult<Vec<Row>> {
-    let store = Store::open()?;
+pub fn run(paths: &Paths, dry_run: bool) -> CniResult<Vec<Row>> {
+    let store = paths.store()?;
     let mut host: Option<Host> = None;
     let mut rows = Vec::new();
     for rec in store.all()? {
@@ -106,7 +106,7 @@ pub fn run(dry_run: bool) -> CniResult<Vec<Row>> {
             if !dry_run {
                 let h = match host.as_mut() {
                     Some(h) => h,
-                    None => host.insert(Host::open()?),
+                    None => host.insert(Host::open(paths)?),
                 };
                 match reclaim(h, &rec) {
                     Ok(_) => row.state = State::Reclaimed,
@@ -157,7 +157,7 @@ pub fn main(args: &[String]) -> i32 {
             }
         }
     }
-    let rows = match run(dry_run) {
+    let rows = match run(&Paths::of_process(), dry_run) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sriov-rdma gc: {e}");

@@ -2,7 +2,7 @@
 //! of each pod address, and the NPWG device-info file.
 
 use crate::cni::config::RdmaPolicy;
-use crate::cni::error::{CniError, CniResult};
+use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::types::PciAddr;
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{NetnsMode, RdmaSocket};
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 pub const GID_WAIT: Duration = Duration::from_secs(2);
 
 /// The VF's RDMA device as found on the host before anything moved.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
     pub name: String,
     /// The device index RDMA netlink addresses it by; `None` without RDMA netlink.
@@ -35,16 +35,16 @@ pub enum Decision {
     Move(Found),
 }
 
-/// What the record keeps: the device, whether ADD moved it, and the GID index of each pod address.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// What the record keeps: the device, whether it is in the pod (the move is the journal's), and the GID index of
+/// each pod address.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RdmaRecord {
     pub device: Found,
     pub moved: bool,
-    #[serde(default)]
     pub gids: Vec<GidIndex>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GidIndex {
     pub address: IpAddr,
     pub index: u32,
@@ -137,26 +137,26 @@ pub fn move_in(
             );
             Ok(false)
         }
-        Err(e) => Err(CniError::io(format!("moving RDMA device {} (index {index}) into {netns}: {e}", dev.name))),
+        Err(e) => Err(CniError::from_io(format!("moving RDMA device {} (index {index}) into {netns}", dev.name), &e)),
     }
 }
 
 /// The move back, from a socket opened inside the pod (the kernel looks the device up in the sender's
 /// namespace). A device the pod no longer sees is already back: nothing to do.
-pub fn move_out(pod: &Netns, host_fd: RawFd, dev: &Found) -> Result<(), String> {
+pub fn move_out(pod: &Netns, host_fd: RawFd, dev: &Found) -> CniResult<()> {
     let Some(index) = dev.index else { return Ok(()) };
-    let mut sock = match crate::kernel::rdma::open(Some(pod)) {
-        Ok(Some(s)) => s,
-        Ok(None) => return Ok(()), // no RDMA subsystem: nothing can have moved
-        Err(e) => return Err(format!("opening RDMA netlink in {}: {e}", pod.path)),
+    let Some(mut sock) =
+        crate::kernel::rdma::open(Some(pod)).ctx(|| format!("opening RDMA netlink in {}", pod.path))?
+    else {
+        return Ok(()); // no RDMA subsystem: nothing can have moved
     };
-    let visible = sock.devices().map_err(|e| format!("listing RDMA devices in {}: {e}", pod.path))?;
+    let visible = sock.devices().ctx(|| format!("listing RDMA devices in {}", pod.path))?;
     if !visible.iter().any(|d| d.index == index) {
         crate::info!("RDMA device {} is not in {}; nothing to move back", dev.name, pod.path);
         return Ok(());
     }
     sock.move_device(index, host_fd)
-        .map_err(|e| format!("moving RDMA device {} from {} back to the host: {e}", dev.name, pod.path))
+        .ctx(|| format!("moving RDMA device {} from {} back to the host", dev.name, pod.path))
 }
 
 /// What port 1 of an RDMA device shows a namespace.

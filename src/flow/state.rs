@@ -1,15 +1,15 @@
 //! The attachment record: one file per VF, written before the first change and removed after the last undo.
 //!
 //! `/var/lib/cni/sriov-rdma/<pci>.json` (0600, directory 0700), plus `<pci>.lock` for the per-VF flock.
-//! `SRIOV_RDMA_STATE_DIR` moves it (tests). The directory must be a real directory owned by this plugin's
+//! `SRIOV_RDMA_STATE_DIR` moves it (tests; read in context.rs only). The directory must be a real directory owned by this plugin's
 //! user (any other mode is set back to 0700); no file in it is opened through a symlink, by an open that
 //! can block (a FIFO), or at all unless it is a regular file.
 
-use crate::cni::config::VfSettings;
+use super::journal::Step;
 use crate::cni::error::{CniError, CniResult, Code, IoContext};
-use crate::cni::types::PciAddr;
 use crate::kernel::link::Link;
-use crate::kernel::vf::VfState;
+use crate::kernel::vf::{VfSetting, VfState};
+use crate::model::{Mac, PciAddr};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -20,7 +20,8 @@ pub const DEFAULT_DIR: &str = "/var/lib/cni/sriov-rdma";
 /// How long an ADD/DEL waits for another invocation on the same VF before answering "try again later".
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+/// One attachment, in memory; its on-disk form is [`super::record`]'s.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Attachment {
     pub network: String,
     pub container_id: String,
@@ -31,28 +32,38 @@ pub struct Attachment {
     pub pf_pci: PciAddr,
     pub vf_index: u32,
     pub driver: Option<String>,
-    /// The settings this attachment changes on the PF.
-    pub vf_settings: VfSettings,
     /// The VF's PF-side settings before ADD; `None` when the PF reports no VF table.
     pub vf_original: Option<VfState>,
-    /// The netdev as it was in the host before ADD; `None` for a VF bound to a userspace driver.
+    /// The netdev as it was in the host before ADD; `None` for a VF bound to a userspace driver. A rebind during
+    /// ADD (mlx5 GUID, igb admin MAC) gives it a new ifindex, which is kept here.
     pub netdev: Option<Link>,
     /// The MTU ADD set in the pod, if any.
     pub mtu: Option<u32>,
     /// True once ADD has finished; a record left `false` is the trace of an interrupted ADD.
     pub complete: bool,
-    /// The VF's RDMA device, when it has one and `rdma` is not "off".
-    #[serde(default)]
+    /// The VF's RDMA device, when it has one and `rdma` is not "off": where it is, the GIDs ADD reported.
     pub rdma: Option<crate::flow::rdma::RdmaRecord>,
-    /// The device-info file this attachment wrote (removed by DEL).
-    #[serde(default)]
-    pub device_info: Option<PathBuf>,
     /// The network configuration ADD ran with, when it has IPAM: what an orphan's reclaim hands IPAM DEL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipam_config: Option<String>,
     /// CNI_PATH of the ADD, where the IPAM plugin was found.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cni_path: Vec<PathBuf>,
+    /// The steps ADD began, in order; rollback, DEL and GC undo exactly these, in reverse.
+    pub journal: Vec<Step>,
+}
+
+impl Attachment {
+    /// The PF-side settings ADD began (what CHECK expects the PF to show).
+    pub fn pf_settings(&self) -> Vec<VfSetting> {
+        self.journal.iter().filter_map(Step::pf_setting).collect()
+    }
+
+    /// The admin MAC ADD set on the PF, if it did.
+    pub fn admin_mac(&self) -> Option<Mac> {
+        self.journal.iter().find_map(|s| match s {
+            Step::AdminMac(m) => Some(*m),
+            _ => None,
+        })
+    }
 }
 
 /// The writer's pid if `name` is one of the temp files this store creates (`.<pci>.json.<pid>`, `.status.<pid>`).
@@ -76,39 +87,7 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The on-disk format this release writes. 0: release 0.1.0's (no `version` key); 1: adds `version`,
-/// `ipam_config` and `cni_path`. A newer format is refused rather than half understood.
-pub const RECORD_VERSION: u32 = 1;
-
-#[derive(serde::Serialize)]
-struct OnDisk<'a> {
-    version: u32,
-    #[serde(flatten)]
-    record: &'a Attachment,
-}
-
-#[derive(serde::Deserialize)]
-struct FromDisk {
-    #[serde(default)]
-    version: u32,
-    #[serde(flatten)]
-    record: Attachment,
-}
-
-fn encode(a: &Attachment) -> serde_json::Result<Vec<u8>> {
-    serde_json::to_vec_pretty(&OnDisk { version: RECORD_VERSION, record: a })
-}
-
-fn decode(b: &[u8]) -> Result<Attachment, String> {
-    let d: FromDisk = serde_json::from_slice(b).map_err(|e| e.to_string())?;
-    if d.version > RECORD_VERSION {
-        return Err(format!(
-            "format version {} was written by a newer sriov-rdma (this one reads up to {RECORD_VERSION}); DEL it with that release",
-            d.version
-        ));
-    }
-    Ok(d.record)
-}
+use super::record::{decode, encode};
 
 pub struct Store {
     dir: PathBuf,
@@ -163,9 +142,8 @@ fn not_regular(path: &Path, what: &str, seen: &str) -> CniError {
 
 impl Store {
     /// The store of this host; temp files of writers that died (SIGKILL between write and rename) are removed.
-    pub fn open() -> CniResult<Store> {
-        let dir = std::env::var_os("SRIOV_RDMA_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| DEFAULT_DIR.into());
-        let store = Store::at(&dir)?;
+    pub fn open(dir: &Path) -> CniResult<Store> {
+        let store = Store::at(dir)?;
         store.remove_dead_temps();
         Ok(store)
     }
@@ -361,55 +339,10 @@ impl Store {
 mod tests {
     use super::*;
 
-    #[test]
-    fn records_carry_their_format_version_and_a_newer_one_is_refused() {
-        let a = record("0000:3b:02.1");
-        let body = encode(&a).unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["version"], RECORD_VERSION);
-        assert_eq!(decode(&body).unwrap(), a);
-        let mut old = v.clone();
-        old.as_object_mut().unwrap().remove("version");
-        assert_eq!(decode(old.to_string().as_bytes()).unwrap(), a, "release 0.1.0 wrote no version");
-        let mut newer = v;
-        newer["version"] = 99.into();
-        let err = decode(newer.to_string().as_bytes()).unwrap_err();
-        assert!(err.contains("format version 99") && err.contains("newer sriov-rdma"), "{err}");
-    }
-
     fn record(pci: &str) -> Attachment {
-        Attachment {
-            network: "rdma-net".into(),
-            container_id: "c1".into(),
-            ifname: "net1".into(),
-            netns: "/var/run/netns/x".into(),
-            pci: PciAddr::parse(pci).unwrap(),
-            pf: "ens1f0".into(),
-            pf_pci: PciAddr::parse("0000:3b:00.0").unwrap(),
-            vf_index: 1,
-            driver: Some("iavf".into()),
-            vf_settings: VfSettings { vlan: Some(10), ..Default::default() },
-            vf_original: Some(VfState { vlan: 0, trust: Some(false), ..Default::default() }),
-            netdev: Some(Link {
-                index: 7,
-                name: "ens1f0v1".into(),
-                mac: Some("02:00:00:00:00:07".parse().unwrap()),
-                mtu: 1500,
-                up: false,
-                altnames: vec!["enp59s0f1v1".into()],
-                parent: Some("0000:3b:02.1".into()),
-            }),
-            mtu: Some(9000),
-            complete: true,
-            rdma: Some(crate::flow::rdma::RdmaRecord {
-                device: crate::flow::rdma::Found { name: "mlx5_3".into(), index: Some(4) },
-                moved: true,
-                gids: vec![crate::flow::rdma::GidIndex { address: "10.1.0.2".parse().unwrap(), index: 3 }],
-            }),
-            device_info: Some("/var/run/k8s.cni.cncf.io/devinfo/x.json".into()),
-            ipam_config: None,
-            cni_path: Vec::new(),
-        }
+        let mut a = crate::flow::record::sample();
+        a.pci = PciAddr::parse(pci).unwrap();
+        a
     }
 
     fn store(name: &str) -> Store {

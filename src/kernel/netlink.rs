@@ -25,25 +25,7 @@ impl Family for Route {
     type Message = netlink_packet_route::RouteNetlinkMessage;
 }
 
-/// A kernel error that came with an extended-ack message: the errno and the kernel's own words.
-#[derive(Debug)]
-pub struct KernelError {
-    pub errno: i32,
-    pub ext_ack: String,
-}
-
-impl std::fmt::Display for KernelError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (kernel: {})", io::Error::from_raw_os_error(self.errno), self.ext_ack)
-    }
-}
-
-impl std::error::Error for KernelError {}
-
-/// The errno behind an error, whether it is a plain OS error or a kernel error with an extended ack.
-pub fn errno(e: &io::Error) -> Option<i32> {
-    e.raw_os_error().or_else(|| e.get_ref()?.downcast_ref::<KernelError>().map(|k| k.errno))
-}
+pub use crate::model::{errno, KernelError};
 
 const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;

@@ -1,9 +1,8 @@
 //! VF discovery from sysfs: PF, VF index (`virtfnN`), netdev, bound driver.
 //!
-//! The root is `/sys`; `SRIOV_RDMA_SYSFS` points it at another tree (tests use a fake PCI tree whose
+//! The root is `/sys`; the flow's context may point it at another tree (tests use a fake PCI tree whose
 //! netdevs are real veth ends).
 
-use crate::cni::error::{CniError, CniResult};
 use crate::model::PciAddr;
 use std::fs;
 use std::io;
@@ -59,18 +58,49 @@ fn link_name(p: &Path) -> Option<String> {
     fs::read_link(p).ok()?.file_name()?.to_str().map(str::to_string)
 }
 
-impl Default for Sysfs {
-    fn default() -> Self {
-        Sysfs::from_env()
+/// Why a PCI function is not a VF (or PF) this plugin can use, as sysfs shows it. The flow says which
+/// configuration key named it.
+#[derive(Debug)]
+pub enum NotUsable {
+    /// No such PCI device (the directory that was looked for).
+    NoDevice(PathBuf),
+    /// A PCI device without a `physfn` link: not an SR-IOV VF.
+    NotAVf,
+    /// The VF's PF has no netdev in this namespace.
+    PfWithoutNetdev(PciAddr),
+    /// The PF's `virtfnN` links could not be listed.
+    ListingVfs { pf: String, pf_pci: PciAddr, err: io::Error },
+    /// The PF lists no `virtfnN` link to the VF.
+    NotListedByPf { pf: String, pf_pci: PciAddr },
+    /// A netdev that is not a PCI network device.
+    NotPci,
+    /// A PCI network device without SR-IOV (no `sriov_totalvfs`).
+    NoSriov(PciAddr),
+}
+
+impl NotUsable {
+    /// Whether the configuration named something that is not an SR-IOV device, rather than the host being in an
+    /// unexpected state.
+    pub fn is_config(&self) -> bool {
+        matches!(self, NotUsable::NoDevice(_) | NotUsable::NotAVf | NotUsable::NotPci | NotUsable::NoSriov(_))
+    }
+}
+
+impl std::fmt::Display for NotUsable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotUsable::NoDevice(dir) => write!(f, "no such PCI device ({} does not exist)", dir.display()),
+            NotUsable::NotAVf => write!(f, "not an SR-IOV VF (it has no physfn link)"),
+            NotUsable::PfWithoutNetdev(pf) => write!(f, "its PF {pf} has no netdev in the host namespace"),
+            NotUsable::ListingVfs { pf, pf_pci, err } => write!(f, "listing the VFs of PF {pf} ({pf_pci}): {err}"),
+            NotUsable::NotListedByPf { pf, pf_pci } => write!(f, "PF {pf} ({pf_pci}) has no virtfn link to it"),
+            NotUsable::NotPci => write!(f, "no such PCI network device"),
+            NotUsable::NoSriov(pci) => write!(f, "{pci} has no SR-IOV capability (no sriov_totalvfs)"),
+        }
     }
 }
 
 impl Sysfs {
-    pub fn from_env() -> Sysfs {
-        let root = std::env::var_os("SRIOV_RDMA_SYSFS").map(PathBuf::from).unwrap_or_else(|| "/sys".into());
-        Sysfs::at(root)
-    }
-
     /// The sysfs at `root`: the kernel's, wherever it is mounted, unless the tree is marked as a fixture.
     pub fn at(root: PathBuf) -> Sysfs {
         let fixture = root.join(FIXTURE_MARK).exists();
@@ -122,27 +152,18 @@ impl Sysfs {
     }
 
     /// Resolves a VF from its PCI address; an address that is not a VF is refused.
-    pub fn vf(&self, pci: &PciAddr) -> CniResult<Vf> {
+    pub fn vf(&self, pci: &PciAddr) -> Result<Vf, NotUsable> {
         let dir = self.pci_dir(pci);
         if !dir.exists() {
-            return Err(CniError::config(format!(
-                "deviceID {pci}: no such PCI device ({} does not exist)",
-                dir.display()
-            )));
+            return Err(NotUsable::NoDevice(dir));
         }
-        let pf_pci = link_name(&dir.join("physfn"))
-            .and_then(|l| PciAddr::parse(&l).ok())
-            .ok_or_else(|| CniError::config(format!("deviceID {pci} is not an SR-IOV VF (it has no physfn link)")))?;
-        let pf = self
-            .pf_netdev(&pf_pci)
-            .ok_or_else(|| CniError::io(format!("VF {pci}: its PF {pf_pci} has no netdev in the host namespace")))?;
-        let index = self
-            .vfs_of(&pf_pci)
-            .map_err(|e| CniError::io(format!("VF {pci}: listing the VFs of PF {pf} ({pf_pci}): {e}")))?
-            .into_iter()
-            .find(|(_, v)| v == pci)
-            .map(|(i, _)| i)
-            .ok_or_else(|| CniError::io(format!("VF {pci}: PF {pf} ({pf_pci}) has no virtfn link to it")))?;
+        let pf_pci = link_name(&dir.join("physfn")).and_then(|l| PciAddr::parse(&l).ok()).ok_or(NotUsable::NotAVf)?;
+        let pf = self.pf_netdev(&pf_pci).ok_or_else(|| NotUsable::PfWithoutNetdev(pf_pci.clone()))?;
+        let index = match self.vfs_of(&pf_pci) {
+            Ok(vfs) => vfs.into_iter().find(|(_, v)| v == pci).map(|(i, _)| i),
+            Err(err) => return Err(NotUsable::ListingVfs { pf, pf_pci, err }),
+        };
+        let index = index.ok_or_else(|| NotUsable::NotListedByPf { pf: pf.clone(), pf_pci: pf_pci.clone() })?;
         Ok(Vf {
             pci: pci.clone(),
             pf_pci,
@@ -159,13 +180,11 @@ impl Sysfs {
     }
 
     /// The PCI address of a PF netdev, if it is an SR-IOV PF.
-    pub fn pf_pci(&self, pf: &str) -> CniResult<PciAddr> {
+    pub fn pf_pci(&self, pf: &str) -> Result<PciAddr, NotUsable> {
         let dev = self.root.join("class/net").join(pf).join("device");
-        let pci = link_name(&dev)
-            .and_then(|l| PciAddr::parse(&l).ok())
-            .ok_or_else(|| CniError::config(format!("pfName {pf}: no such PCI network device")))?;
+        let pci = link_name(&dev).and_then(|l| PciAddr::parse(&l).ok()).ok_or(NotUsable::NotPci)?;
         if !self.pci_dir(&pci).join("sriov_totalvfs").exists() {
-            return Err(CniError::config(format!("pfName {pf} ({pci}) has no SR-IOV capability (no sriov_totalvfs)")));
+            return Err(NotUsable::NoSriov(pci));
         }
         Ok(pci)
     }
@@ -390,9 +409,9 @@ mod tests {
     fn not_a_vf_and_missing_device_are_refused() {
         let (s, _t) = tree("notvf");
         let e = s.vf(&pci("0000:00:1f.6")).unwrap_err();
-        assert!(e.msg.contains("not an SR-IOV VF"), "{}", e.msg);
+        assert!(matches!(e, NotUsable::NotAVf) && e.is_config(), "{e}");
         let e = s.vf(&pci("0000:99:00.1")).unwrap_err();
-        assert!(e.msg.contains("no such PCI device"), "{}", e.msg);
+        assert!(matches!(e, NotUsable::NoDevice(_)) && e.to_string().contains("no such PCI device"), "{e}");
     }
 
     #[test]
@@ -435,6 +454,6 @@ mod tests {
         let idx: Vec<u32> = s.vfs_of(&pci("0000:3b:00.0")).unwrap().into_iter().map(|(i, _)| i).collect();
         assert_eq!(idx, vec![0, 1, 10]);
         assert_eq!(s.pf_pci("ens1f0").unwrap(), pci("0000:3b:00.0"));
-        assert!(s.pf_pci("eth9").unwrap_err().msg.contains("pfName eth9"));
+        assert!(matches!(s.pf_pci("eth9").unwrap_err(), NotUsable::NotPci));
     }
 }

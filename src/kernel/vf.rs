@@ -4,7 +4,6 @@
 //! and for real against the emulated SR-IOV NIC (a veth PF answers EOPNOTSUPP).
 
 use super::link::RouteSocket;
-use crate::cni::error::CniError;
 use crate::model::{LinkState, Mac, VfSettings, VlanProto};
 use netlink_packet_route::link::{
     LinkAttribute, LinkVfInfo, VfInfo, VfInfoGuid, VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck,
@@ -187,45 +186,23 @@ pub trait PfControl {
     fn apply(&mut self, pf: &Pf, vf: u32, s: &VfSetting) -> io::Result<()>;
 }
 
-/// Applies `plan` in order and counts in `applied` what the PF took. The first refusal stops it and is named;
-/// undoing the ones before it is the caller's (DEL's) job, so a rollback and a DEL restore the same way.
-pub fn apply_all(
+/// Puts one setting back to its value in `orig`, unless `now` (the PF's row, when it could be read) shows that
+/// value already: never applied, or restored before, so restoring is idempotent and never trips over a setting
+/// the NIC refuses. Returns the setting sent, if one was.
+pub fn restore(
     ctl: &mut dyn PfControl,
     pf: &Pf,
     vf: u32,
-    plan: &[VfSetting],
-    applied: &mut usize,
-) -> Result<(), CniError> {
-    for s in plan {
-        ctl.apply(pf, vf, s).map_err(|e| CniError::io(format!("setting {s} on VF {vf} of PF {}: {e}", pf.name)))?;
-        *applied += 1;
+    s: &VfSetting,
+    orig: &VfState,
+    now: Option<&VfState>,
+) -> io::Result<Option<VfSetting>> {
+    let Some(back) = s.original(orig) else { return Ok(None) };
+    if now.is_some_and(|now| back.holds_in(now)) {
+        return Ok(None);
     }
-    Ok(())
-}
-
-/// Puts back the original value of every setting in `plan`, in reverse; keeps going and returns the errors. A
-/// setting the PF already reports at its original value is left alone, so restoring is idempotent: a DEL after an
-/// interrupted ADD (which undoes the whole plan) never trips over a setting that was never applied — one the NIC
-/// refuses, say.
-pub fn restore_all(ctl: &mut dyn PfControl, pf: &Pf, vf: u32, plan: &[VfSetting], orig: &VfState) -> Vec<String> {
-    let mut errors = Vec::new();
-    let now = ctl.vf_state(pf, vf).ok().flatten();
-    for s in plan.iter().rev() {
-        let Some(back) = s.original(orig) else {
-            continue;
-        };
-        if now.as_ref().is_some_and(|now| back.holds_in(now)) {
-            continue;
-        }
-        if let Err(e) = ctl.apply(pf, vf, &back) {
-            errors.push(format!("restoring {back} on VF {vf} of PF {}: {e}", pf.name));
-        }
-    }
-    errors
-}
-
-pub fn join(errors: &[String]) -> String {
-    errors.join("; ")
+    ctl.apply(pf, vf, &back)?;
+    Ok(Some(back))
 }
 
 /// Reads a VF's entry out of the PF's VF table.
@@ -370,36 +347,43 @@ mod tests {
         }
     }
 
+    /// Applies `plan` in order until the PF refuses one; returns how many it took.
+    fn apply(ctl: &mut RecordingPf, plan: &[VfSetting]) -> usize {
+        plan.iter().take_while(|s| ctl.apply(&pf(), 1, s).is_ok()).count()
+    }
+
+    /// Restores `plan` newest first, each against the row as the PF shows it before the first restore.
+    fn restore_plan(ctl: &mut RecordingPf, plan: &[VfSetting], orig: &VfState) {
+        let now = ctl.vf_state(&pf(), 1).unwrap();
+        for s in plan.iter().rev() {
+            restore(ctl, &pf(), 1, s, orig, now.as_ref()).unwrap();
+        }
+    }
+
     #[test]
     fn applies_in_order_and_restores_exactly() {
         let mut ctl = RecordingPf { state: orig(), ..Default::default() };
         let plan = planned(&cfg(), &orig());
-        let mut n = 0;
-        apply_all(&mut ctl, &pf(), 1, &plan, &mut n).unwrap();
-        assert_eq!(n, plan.len());
+        assert_eq!(apply(&mut ctl, &plan), plan.len());
         assert_eq!(ctl.log, plan);
         assert_eq!(ctl.state.vlan, 100);
         assert_eq!(ctl.state.max_tx_rate, 500);
-        assert!(restore_all(&mut ctl, &pf(), 1, &plan, &orig()).is_empty());
+        restore_plan(&mut ctl, &plan, &orig());
         assert_eq!(ctl.state, orig());
     }
 
     #[test]
-    fn a_refused_setting_is_named_and_the_ones_before_it_are_counted_for_the_undo() {
+    fn restoring_the_whole_plan_after_a_refusal_touches_only_what_was_applied() {
         let mut ctl = RecordingPf {
             state: orig(),
             refuse: Some(|s| matches!(s, VfSetting::LinkState(LinkState::Enable))),
             ..Default::default()
         };
         let plan = planned(&cfg(), &orig());
-        let mut n = 0;
-        let err = apply_all(&mut ctl, &pf(), 1, &plan, &mut n).unwrap_err();
-        assert!(err.msg.contains("link_state enable"), "{}", err.msg);
-        assert!(err.msg.contains("VF 1 of PF ens1f0"), "{}", err.msg);
-        assert_eq!(n, 4, "mac, vlan, spoofchk, trust were applied");
-        assert!(restore_all(&mut ctl, &pf(), 1, &plan[..n], &orig()).is_empty());
+        assert_eq!(apply(&mut ctl, &plan), 4, "mac, vlan, spoofchk, trust were applied");
+        restore_plan(&mut ctl, &plan, &orig());
         assert_eq!(ctl.state, orig(), "everything applied before the refusal is undone");
-        // mac, vlan, spoofchk, trust applied; then trust, spoofchk, vlan, mac restored.
+        // mac, vlan, spoofchk, trust applied; then trust, spoofchk, vlan, mac restored; link_state never sent back.
         assert_eq!(ctl.log.len(), 8);
         assert_eq!(ctl.log[4], VfSetting::Trust(false));
         assert_eq!(ctl.log[7], VfSetting::Mac(Mac([0; 6])));
@@ -412,14 +396,17 @@ mod tests {
         let mut ctl =
             RecordingPf { state: orig(), refuse: Some(|s| matches!(s, VfSetting::LinkState(_))), ..Default::default() };
         let plan = planned(&cfg(), &orig());
-        assert!(restore_all(&mut ctl, &pf(), 1, &plan, &orig()).is_empty());
+        restore_plan(&mut ctl, &plan, &orig());
         assert!(ctl.log.is_empty(), "nothing differed from the original: {:?}", ctl.log);
         // Partly applied: only what differs is put back.
         ctl.apply(&pf(), 1, &VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q }).unwrap();
-        assert!(restore_all(&mut ctl, &pf(), 1, &plan, &orig()).is_empty());
+        restore_plan(&mut ctl, &plan, &orig());
         assert_eq!(ctl.log.last(), Some(&VfSetting::Vlan { vlan: 0, qos: 0, proto: VlanProto::Dot1Q }));
         assert_eq!(ctl.log.len(), 2);
         assert_eq!(ctl.state, orig());
+        // Without a readable row, the original is sent (a failure is the caller's to report).
+        let sent = restore(&mut ctl, &pf(), 1, &VfSetting::Trust(true), &orig(), None).unwrap();
+        assert_eq!(sent, Some(VfSetting::Trust(false)));
     }
 
     #[test]
@@ -431,9 +418,9 @@ mod tests {
         let infos = plan[0].to_vf_info(3);
         assert!(matches!(infos[0], VfInfo::IbNodeGuid(g) if g.vf_id == 3 && g.guid == 0x0011_2233_4455_6677));
         assert!(matches!(infos[1], VfInfo::IbPortGuid(g) if g.vf_id == 3 && g.guid == 0x0011_2233_4455_6677));
-        apply_all(&mut ctl, &pf(), 3, &plan, &mut 0).unwrap();
+        assert_eq!(apply(&mut ctl, &plan), 1);
         assert_eq!(ctl.state.port_guid, Some(0x0011_2233_4455_6677));
-        assert!(restore_all(&mut ctl, &pf(), 3, &plan, &o).is_empty());
+        restore_plan(&mut ctl, &plan, &o);
         assert_eq!(ctl.state, o);
         let st = state_from_table(&[[VfSetting::Mac(Mac([0; 6])).to_vf_info(3), infos].concat()], 3).unwrap();
         assert_eq!((st.node_guid, st.port_guid), (Some(0x0011_2233_4455_6677), Some(0x0011_2233_4455_6677)));

@@ -1,14 +1,51 @@
-//! The two sides an attachment spans: the host (sysfs, the record store, its namespace and a route socket in it)
-//! and the pod; and how the VF's netdev is recognised on either, whatever it is called.
+//! One context per invocation: where sysfs and the record store are (the only place the `SRIOV_RDMA_*` variables
+//! are read), the host side built from them once (sysfs, the record store, the host namespace and a route socket
+//! in it), the pod side; and how the VF's netdev is recognised on either, whatever it is called.
 
 use super::state::{Attachment, Store};
-use crate::cni::error::{CniError, CniResult, IoContext};
+use crate::cni::error::{CniError, CniResult, Code, IoContext};
 use crate::kernel::link::{Link, RouteSocket};
 use crate::kernel::netlink::Route;
 use crate::kernel::netns::Netns;
-use crate::kernel::sysfs::Sysfs;
+use crate::kernel::sysfs::{NotUsable, Sysfs};
 use crate::kernel::vf::Pf;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+/// Where this invocation finds sysfs and keeps its records. The defaults are the node's; the variables exist for
+/// the tests, the benchmark and the host demo, which point the plugin at a fixture tree and a scratch store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub sysfs: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+impl Paths {
+    pub const SYSFS_VAR: &'static str = "SRIOV_RDMA_SYSFS";
+    pub const STATE_VAR: &'static str = "SRIOV_RDMA_STATE_DIR";
+
+    /// Reads `SRIOV_RDMA_SYSFS` and `SRIOV_RDMA_STATE_DIR` through `get`; unset (or empty) means the node's.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Paths {
+        let var = |k: &str| get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        Paths {
+            sysfs: var(Self::SYSFS_VAR).unwrap_or_else(|| "/sys".into()),
+            state_dir: var(Self::STATE_VAR).unwrap_or_else(|| super::state::DEFAULT_DIR.into()),
+        }
+    }
+
+    /// The same from this process's environment (the `doctor` and `gc` subcommands).
+    pub fn of_process() -> Paths {
+        Paths::from_env(|k| std::env::var(k).ok())
+    }
+
+    pub fn sysfs(&self) -> Sysfs {
+        Sysfs::at(self.sysfs.clone())
+    }
+
+    pub fn store(&self) -> CniResult<Store> {
+        Store::open(&self.state_dir)
+    }
+}
 
 /// How long the host waits for a VF netdev to reappear: from a destroyed pod namespace, or after a rebind.
 pub(super) const RETURN_WAIT: Duration = Duration::from_secs(5);
@@ -22,10 +59,10 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn open() -> CniResult<Host> {
+    pub fn open(paths: &Paths) -> CniResult<Host> {
         Ok(Host {
-            sysfs: Sysfs::from_env(),
-            store: Store::open()?,
+            sysfs: paths.sysfs(),
+            store: paths.store()?,
             ns: Netns::current().ctx(|| "opening the host network namespace".to_string())?,
             route: RouteSocket::new().ctx(|| "opening a netlink socket in the host namespace".to_string())?,
         })
@@ -40,6 +77,13 @@ impl Host {
             .ok_or_else(|| CniError::io(format!("PF {name} is not in the host namespace")))?;
         Ok(Pf { name: name.to_string(), index: link.index })
     }
+}
+
+/// A sysfs refusal as a CNI error naming what the configuration called the device (`deviceID 0000:3b:02.1`,
+/// `pfName ens1f0`): code 7 when that is not an SR-IOV device at all, 5 when the host is in an unexpected state.
+pub fn not_usable(named: impl std::fmt::Display, e: NotUsable) -> CniError {
+    let code = if e.is_config() { Code::InvalidConfig } else { Code::Io };
+    CniError::new(code, format!("{named}: {e}"))
 }
 
 /// The pod namespace and a route socket opened inside it, or `None` when it is gone.
@@ -72,15 +116,15 @@ pub(super) fn find_host_netdev(
     rec: &Attachment,
     name: &str,
     wait: Duration,
-) -> Result<Option<Link>, String> {
+) -> CniResult<Option<Link>> {
     let deadline = Instant::now() + wait;
     loop {
-        let by_name = host.route.link_by_name(name).map_err(|e| format!("looking up {name}: {e}"))?;
+        let by_name = host.route.link_by_name(name).ctx(|| format!("looking up VF {} as {name}", rec.pci))?;
         if let Some(l) = by_name.filter(|l| is_ours(l, rec)) {
             return Ok(Some(l));
         }
         for n in host.sysfs.netdevs(&rec.pci) {
-            let l = host.route.link_by_name(&n).map_err(|e| format!("looking up {n}: {e}"))?;
+            let l = host.route.link_by_name(&n).ctx(|| format!("looking up VF {} as {n}", rec.pci))?;
             // sysfs lists the VF's own netdevs: a stand-in without a parent is taken on its word.
             if let Some(l) = l.filter(|l| l.parent.as_deref().is_none_or(|p| p == rec.pci.as_str())) {
                 return Ok(Some(l));

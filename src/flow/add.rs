@@ -1,0 +1,315 @@
+//! ADD: picks and locks the VF, reads what it will have to restore, then runs the journal's steps in order
+//! (journal.rs), each written into the record before it is applied; a failure at any step undoes exactly the steps
+//! written, newest first, as DEL would.
+//!
+//! PF settings → admin MAC → IB GUID → RDMA device into the pod → IPAM alongside the netdev's move into the pod
+//! (moved and renamed in one message, MTU, up) → addresses and routes → RoCE GIDs → device-info file.
+
+use super::context::{not_usable, Host, Paths, Pod};
+use super::ipam::{self, Target};
+use super::journal::{unwind, Apply, Step};
+use super::orphans::{is_orphan, vf_after_reclaim};
+use super::rdma;
+use super::state::{Attachment, VfLock};
+use crate::cni::config::{NetConf, RdmaPolicy, VfSource};
+use crate::cni::env::CniEnv;
+use crate::cni::error::{CniError, CniResult, IoContext};
+use crate::cni::result::{AttachResult, Interface};
+use crate::kernel::rdma::{self as kernel_rdma, RdmaSocket};
+use crate::kernel::sysfs::Vf;
+use crate::kernel::vf::{self, NetlinkPf, PfControl, VfState};
+
+fn attached_err(a: &Attachment) -> CniError {
+    CniError::io(format!(
+        "VF {} is already attached to container {} as {} (network {})",
+        a.pci, a.container_id, a.ifname, a.network
+    ))
+}
+
+/// Picks and locks the VF: the given address, or the lowest-numbered free VF of `pfName`.
+fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
+    match &conf.source {
+        None => {
+            Err(CniError::config("no VF given: set deviceID (or runtimeConfig.deviceID, CNI_ARGS deviceID) or pfName"))
+        }
+        Some(VfSource::Device(pci)) => {
+            let vf = host.sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
+            let lock = host.store.lock(pci)?;
+            if let Some(a) = host.store.load(pci)? {
+                if !is_orphan(&a) {
+                    return Err(attached_err(&a));
+                }
+                return Ok((vf_after_reclaim(host, pci, &a)?, lock));
+            }
+            Ok((vf, lock))
+        }
+        Some(VfSource::Pf(pf)) => {
+            let pf_pci = host.sysfs.pf_pci(pf).map_err(|e| not_usable(format!("pfName {pf}"), e))?;
+            let vfs = host.sysfs.vfs_of(&pf_pci).ctx(|| format!("listing the VFs of pfName {pf}"))?;
+            for (_, pci) in &vfs {
+                let Some(lock) = host.store.try_lock(pci)? else {
+                    continue;
+                };
+                let vf = match host.store.load(pci)? {
+                    None => match host.sysfs.vf(pci) {
+                        Ok(vf) => vf,
+                        Err(_) => continue,
+                    },
+                    Some(a) if is_orphan(&a) => match vf_after_reclaim(host, pci, &a) {
+                        Ok(vf) => vf,
+                        Err(e) => {
+                            crate::warn!("{e}");
+                            continue;
+                        }
+                    },
+                    Some(_) => continue,
+                };
+                let Some(netdev) = &vf.netdev else { continue };
+                if host.route.link_by_name(netdev).ctx(|| format!("looking up {netdev}"))?.is_some() {
+                    return Ok((vf, lock));
+                }
+            }
+            Err(CniError::io(format!(
+                "pfName {pf}: no free VF among its {} VFs (all attached, locked, or without a netdev in the host namespace)",
+                vfs.len()
+            )))
+        }
+    }
+}
+
+pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
+    let mut host = Host::open(paths)?;
+    let mut pod = Pod::open(&env.netns).ctx(|| format!("opening CNI_NETNS {}", env.netns))?;
+    if let Some(a) = host.store.find(&conf.name, &env.container_id, &env.ifname)? {
+        return Err(attached_err(&a));
+    }
+    let (vf, _lock) = select_vf(&mut host, conf)?;
+    let pf = host.pf(&vf.pf).map_err(|e| e.context(format!("VF {}", vf.pci)))?;
+    let vf_original =
+        NetlinkPf(&mut host.route).vf_state(&pf, vf.index).ctx(|| format!("reading the VF table of PF {}", pf.name))?;
+    let plan = vf::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
+    if vf_original.is_none() {
+        if let Some(s) = plan.first() {
+            return Err(CniError::io(format!(
+                "cannot apply {s}: PF {} reports no VF table, so the VF's settings could not be restored",
+                pf.name
+            )));
+        }
+    }
+    let netdev = if vf.userspace() {
+        None
+    } else {
+        let name = vf.netdev.as_deref().ok_or_else(|| {
+            CniError::io(format!(
+                "VF {} (driver {}) has no netdev in the host namespace; is it attached elsewhere?",
+                vf.pci,
+                vf.driver.as_deref().unwrap_or("none")
+            ))
+        })?;
+        let link = host
+            .route
+            .link_by_name(name)
+            .ctx(|| format!("looking up VF {} ({name})", vf.pci))?
+            .ok_or_else(|| CniError::io(format!("VF {} netdev {name} is not in the host namespace", vf.pci)))?;
+        if pod.route.link_by_name(&env.ifname).ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?.is_some()
+        {
+            return Err(CniError::io(format!("CNI_IFNAME {} is already taken in {}", env.ifname, env.netns)));
+        }
+        Some(link)
+    };
+    let (rdma, move_rdma, rdma_sock) = prepare_rdma(&mut host, conf, &vf, netdev.as_ref().map(|l| l.index))?;
+    let rec = Attachment {
+        network: conf.name.clone(),
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        netns: env.netns.clone(),
+        pci: vf.pci.clone(),
+        pf: pf.name.clone(),
+        pf_pci: vf.pf_pci.clone(),
+        vf_index: vf.index,
+        driver: vf.driver.clone(),
+        vf_original,
+        netdev,
+        mtu: conf.mtu,
+        complete: false,
+        rdma,
+        ipam_config: conf.ipam.as_ref().map(|_| String::from_utf8_lossy(&conf.raw).into_owned()),
+        cni_path: env.path.clone(),
+        journal: Vec::new(),
+    };
+    crate::info!(
+        "ADD {}/{}: VF {} (PF {} VF {}) into {}",
+        rec.container_id,
+        rec.ifname,
+        rec.pci,
+        pf.name,
+        vf.index,
+        env.netns
+    );
+    let mut cx = Apply::new(&mut host, &mut pod, conf, env, pf, rec, rdma_sock);
+    let attached = attach(&mut cx, &plan, move_rdma).and_then(|result| {
+        // Not complete until the record says so: a record that cannot be written is a failed ADD.
+        cx.rec.complete = true;
+        cx.host.store.save(&cx.rec).map(|_| result).inspect_err(|_| cx.rec.complete = false)
+    });
+    match attached {
+        Ok(result) => Ok(result),
+        Err(e) => rollback(cx, e),
+    }
+}
+
+/// Undoes the steps ADD wrote, newest first, as DEL would; the record goes only when all of them are undone.
+fn rollback(mut cx: Apply, e: CniError) -> CniResult<AttachResult> {
+    crate::warn!("ADD {}/{} failed, rolling back: {e}", cx.rec.container_id, cx.rec.ifname);
+    cx.settle_ipam();
+    let allocated = cx.ipam_allocated;
+    let Apply { host, pod, conf, env, rec, .. } = cx;
+    let undone = unwind(host, Some(pod), &rec, conf, env, Target::of_env(env), allocated);
+    match undone.failures.into_error("rollback incomplete, DEL will retry") {
+        None => {
+            host.store.remove(&rec.pci)?;
+            Err(e)
+        }
+        Some(left) => Err(e.with_details(left.msg)),
+    }
+}
+
+/// Discovers the VF's RDMA device and applies the `rdma` policy; fails (for "isolated") before anything changes.
+/// Returns the device, whether ADD moves it into the pod, and the RDMA netlink socket.
+fn prepare_rdma(
+    host: &mut Host,
+    conf: &NetConf,
+    vf: &Vf,
+    ifindex: Option<u32>,
+) -> CniResult<(Option<rdma::RdmaRecord>, bool, Option<RdmaSocket>)> {
+    if conf.rdma == RdmaPolicy::Off {
+        return Ok((None, false, None));
+    }
+    let mut sock = kernel_rdma::open(None).ctx(|| "opening RDMA netlink".to_string())?;
+    let mode = match sock.as_mut() {
+        Some(s) => Some(s.netns_mode().ctx(|| "reading the RDMA netns mode".to_string())?),
+        None => None,
+    };
+    let found = rdma::discover(&host.sysfs, vf, ifindex, sock.as_mut())
+        .ctx(|| format!("finding the RDMA device of VF {}", vf.pci))?;
+    let record = |device| Some(rdma::RdmaRecord { device, moved: false, gids: Vec::new() });
+    Ok(match rdma::decide(conf.rdma, &vf.pci, found, mode)? {
+        rdma::Decision::Skip(why) => {
+            crate::info!("VF {}: {why}", vf.pci);
+            (None, false, sock)
+        }
+        rdma::Decision::Leave(device, why) => {
+            crate::info!("VF {}: {why}", vf.pci);
+            (record(device), false, sock)
+        }
+        rdma::Decision::Move(device) => (record(device), true, sock),
+    })
+}
+
+/// The steps, in order, then what needs no undo of its own: addresses and routes (they live on the netdev in
+/// the pod and leave with it) and the RoCE GID lookup (it only reads).
+fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<AttachResult> {
+    if cx.rec.vf_original.is_some() {
+        for step in Step::plan(plan) {
+            cx.run(step)?;
+        }
+    }
+    // The RDMA device goes first: then the netdev, which it may be bound to. Found after the GUID's rebind.
+    if let Some(dev) = cx.rec.rdma.as_ref().filter(|_| move_rdma).map(|r| r.device.clone()) {
+        cx.run(Step::RdmaIn(dev))?;
+    }
+    let (ipam, overlap) = (cx.conf.ipam.is_some(), ipam::can_overlap(cx.conf));
+    // IPAM runs while the kernel moves the netdev, except DHCP, which needs the interface in the pod.
+    if ipam && overlap {
+        cx.run(Step::Ipam)?;
+    }
+    if cx.rec.netdev.is_some() {
+        cx.run(Step::NetdevIn)?;
+    }
+    if ipam && !overlap {
+        cx.run(Step::Ipam)?;
+    }
+    let out = cx.ipam_output()?;
+    let (conf, env) = (cx.conf, cx.env);
+    let mut result = if ipam { AttachResult::from_ipam(&out)? } else { AttachResult::default() };
+    if let Some(l) = &cx.moved {
+        for ip in &result.ips {
+            cx.pod
+                .route
+                .add_address(l.index, ip.address)
+                .ctx(|| format!("adding address {} to {} in {}", ip.address, env.ifname, env.netns))?;
+        }
+        for r in &result.routes {
+            cx.pod
+                .route
+                .add_route(l.index, r.dst, r.gw, r.priority)
+                .ctx(|| format!("adding route {} to {} in {}", r.dst, env.ifname, env.netns))?;
+        }
+    }
+    if let Some(dev) = cx.rec.rdma.as_ref().map(|r| r.device.name.clone()) {
+        let gids = roce_gids(cx.host, cx.pod, conf, env, &dev, &result)?;
+        if let Some(r) = cx.rec.rdma.as_mut() {
+            r.gids = gids;
+        }
+    }
+    if let Some(path) = &conf.device_info_file {
+        cx.run(Step::DeviceInfo(path.clone()))?;
+    }
+    result.interfaces = vec![Interface {
+        name: env.ifname.clone(),
+        mac: cx.moved.as_ref().and_then(|l| l.mac),
+        mtu: cx.moved.as_ref().map(|l| l.mtu),
+        sandbox: env.netns.clone(),
+        pci_id: Some(cx.rec.pci.to_string()),
+    }];
+    if result.dns.is_none() {
+        result.dns = conf.dns.clone().filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
+    }
+    Ok(result)
+}
+
+/// The RoCE v2 GID index of each pod address on the VF's RDMA device, as the pod sees it. A missing GID fails
+/// ADD under "isolated" and is logged under "auto"; an InfiniBand port (no RoCE) is skipped.
+fn roce_gids(
+    host: &Host,
+    pod: &Pod,
+    conf: &NetConf,
+    env: &CniEnv,
+    dev: &str,
+    result: &AttachResult,
+) -> CniResult<Vec<rdma::GidIndex>> {
+    let ips: Vec<std::net::IpAddr> = result.ips.iter().map(|i| i.address.addr).collect();
+    if ips.is_empty() {
+        return Ok(Vec::new());
+    }
+    let lookup = rdma::lookup_gids(&host.sysfs, &pod.ns, dev, &ips, rdma::GID_WAIT)
+        .ctx(|| format!("reading the GID table of {dev} in {}", env.netns))?;
+    let found = match lookup {
+        rdma::GidLookup::Found(found) => found,
+        rdma::GidLookup::InfiniBand => return Ok(Vec::new()),
+        rdma::GidLookup::NotVisible => {
+            // e.g. soft-RoCE: the kernel destroys an rxe device when its netdev changes namespace.
+            let msg = format!(
+                "RDMA device {dev} is not visible from {} after the netdev moved (a software RDMA device such as \
+                 rxe is destroyed when its netdev changes namespace)",
+                env.netns
+            );
+            if conf.rdma == RdmaPolicy::Isolated {
+                return Err(CniError::io(msg));
+            }
+            crate::info!("{msg}; no GID to look up");
+            return Ok(Vec::new());
+        }
+    };
+    for g in &found {
+        crate::info!(
+            "RoCE v2 GID index {} for {} on {dev} (NCCL_IB_HCA={dev}:1 NCCL_IB_GID_INDEX={} NCCL_SOCKET_IFNAME={})",
+            g.index,
+            g.address,
+            g.index,
+            env.ifname
+        );
+    }
+    rdma::gid_verdict(conf.rdma, &ips, &found, dev, &env.netns)?;
+    Ok(found)
+}
