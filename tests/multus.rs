@@ -192,9 +192,10 @@ fn multus_device_plugin_info_file_is_left_to_multus() {
     let conf = for_stand_in(nad_config("nad-rdma-static.yaml", "sriov-rdma-static"));
     let info = devinfo_path(&bed, conf["name"].as_str().unwrap(), sandbox);
     fs::create_dir_all(info.parent().unwrap()).unwrap();
-    let dp = r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:3b:02.1","rdma-device":"mlx5_3"}}"#;
-    fs::write(&info, dp).unwrap();
     let (pci, vf) = bed.vfs[0].clone();
+    // The device plugin's file names the same VF (it allocated it), with its own fields.
+    let dp = format!(r#"{{"type":"pci","version":"1.1.0","pci":{{"pci-address":"{pci}","rdma-device":"mlx5_3"}}}}"#);
+    fs::write(&info, &dp).unwrap();
     let before = identity(None, &vf).unwrap();
     let injected = delegate(&conf, &pci, &json!({"ips": ["10.77.5.6/24"], "CNIDeviceInfoFile": info}));
     bed.run_env(&multus_env(&bed, "ADD", sandbox, &ns), &injected.to_string()).ok();

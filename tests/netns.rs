@@ -45,7 +45,12 @@ fn add_check_del_restores_name_mac_mtu_and_host_netns() {
     assert_eq!(addrs(&ns, "net1"), vec!["10.77.0.2/24".to_string()]);
     assert!(must(&["ip", "-n", &ns, "route", "show", "10.78.0.0/16"]).contains("dev net1"));
     assert_eq!(bed.records().len(), 1);
-    assert_eq!(bed.records()[0]["netdev"]["name"], vf.as_str());
+    let rec = &bed.records()[0];
+    assert_eq!(rec["netdev"]["name"], vf.as_str());
+    // The journal: IPAM (started alongside the move) and the netdev's move, in the order ADD began them.
+    assert_eq!(rec["version"], 2);
+    assert_eq!(rec["journal"], serde_json::json!([{"step": "ipam"}, {"step": "netdev-in"}]));
+    assert_eq!(rec["complete"], true);
 
     let check_conf = conf[..conf.len() - 1].to_string() + &format!(r#","prevResult":{}}}"#, add.stdout);
     bed.run("CHECK", "c1", &ns, "net1", &check_conf).ok();
@@ -166,6 +171,45 @@ fn ipam_failure_rolls_back_everything() {
     assert!(r.msg().contains("no-such-ipam"), "{}", r.msg());
     assert!(link(None, &vf).is_some());
     assert!(bed.records().is_empty(), "{}", r.stdout);
+}
+
+/// A failure at the journal's last step, after the netdev moved and IPAM allocated an address: the rollback undoes
+/// the steps the record lists, newest first — the VF back on the host as it was, the lease released.
+#[test]
+fn a_failure_at_the_last_step_undoes_every_step_before_it() {
+    root_only!();
+    let mut bed = Bed::new("lst", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let ipam_dir = bed.dir.join("ipam");
+    let leases_dir = ipam_dir.join("rdma-net"); // host-local keeps a network's leases under its name
+                                                // The device-info file's directory is a regular file: writing the file fails (ENOTDIR), after everything else.
+    let blocker = bed.dir.join("not-a-dir");
+    std::fs::write(&blocker, "x").unwrap();
+    let info = blocker.join("x.json");
+    let extra = format!(
+        r#","mtu":9000{},"runtimeConfig":{{"CNIDeviceInfoFile":"{}"}}"#,
+        host_local("10.79.0.0/24", &ipam_dir),
+        info.display()
+    );
+    let conf = conf_dev("1.1.0", &pci, &extra);
+    let r = bed.run("ADD", "c1", &ns, "net1", &conf);
+    assert_eq!(r.code(), 5, "{}", r.stdout);
+    assert!(r.msg().contains("writing the device-info file"), "{}", r.msg());
+    assert!(r.stderr.contains("rolling back"), "{}", r.stderr);
+    // The kernel's view and the IPAM plugin's: nothing of the attachment is left.
+    assert_eq!(identity(None, &vf), Some(before.clone()), "VF back on the host, name/MAC/MTU/up as before");
+    assert!(link(Some(&ns), "net1").is_none());
+    assert!(leases(&leases_dir).is_empty(), "the lease IPAM ADD took is released: {:?}", leases(&leases_dir));
+    assert!(bed.records().is_empty());
+    // The VF is free for the next ADD.
+    let ok = conf_dev("1.1.0", &pci, &host_local("10.79.0.0/24", &ipam_dir));
+    bed.run("ADD", "c2", &ns, "net1", &ok).ok();
+    assert_eq!(leases(&leases_dir).len(), 1);
+    bed.run("DEL", "c2", &ns, "net1", &ok).ok();
+    assert!(leases(&leases_dir).is_empty());
+    assert_eq!(identity(None, &vf), Some(before));
 }
 
 #[test]

@@ -252,7 +252,8 @@ fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<
             r.gids = gids;
         }
     }
-    if let Some(path) = &conf.device_info_file {
+    // A file already there is someone else's (Multus copies the device plugin's): left to them.
+    if let Some(path) = conf.device_info_file.as_ref().filter(|p| std::fs::symlink_metadata(p).is_err()) {
         cx.run(Step::DeviceInfo(path.clone()))?;
     }
     result.interfaces = vec![Interface {

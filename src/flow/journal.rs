@@ -38,7 +38,7 @@ pub enum Step {
     NetdevIn,
     /// IPAM ADD: an address for the pod. Its addresses and routes live on the netdev in the pod and leave with it.
     Ipam,
-    /// The NPWG device-info file.
+    /// The NPWG device-info file (not begun when the file is there already: someone else's).
     DeviceInfo(PathBuf),
 }
 
@@ -179,20 +179,19 @@ impl Step {
     }
 }
 
-/// Removes the device-info file if it is the one this VF's ADD wrote (it names the VF); one that is missing, or
-/// that names another device, is left as it is.
+/// Removes the device-info file if it is the one this VF's ADD wrote, byte for byte; one that is missing, or
+/// that someone else wrote (Multus copies the device plugin's there before ADD, and removes it itself), is left.
 fn remove_device_info(path: &std::path::Path, rec: &Attachment) -> CniResult<()> {
     let what = || format!("removing the device-info file {}", path.display());
     let body = match std::fs::read(path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // Never written (ENOTDIR: a path under a file, where ADD's write failed too).
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(()),
         Err(e) => return Err(e).ctx(what),
     };
-    let names: Option<String> = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v.get("pci")?.get("pci-address")?.as_str().map(str::to_string));
-    if names.as_deref() != Some(rec.pci.as_str()) {
-        crate::info!("device-info file {} is not VF {}'s; left as it is", path.display(), rec.pci);
+    let ours = rdma::device_info(&rec.pci, &rec.pf_pci, rec.rdma.as_ref().map(|r| r.device.name.as_str()));
+    if body != ours.as_bytes() {
+        crate::info!("device-info file {} is not the one ADD wrote for VF {}; left as it is", path.display(), rec.pci);
         return Ok(());
     }
     match std::fs::remove_file(path) {

@@ -205,6 +205,15 @@ pub fn gid_verdict(policy: RdmaPolicy, ips: &[IpAddr], found: &[GidIndex], dev: 
     Ok(())
 }
 
+/// The NPWG device-info file (spec 1.1.0, type `pci`) this plugin writes for a VF, byte for byte.
+pub fn device_info(pci: &PciAddr, pf_pci: &PciAddr, rdma: Option<&str>) -> String {
+    let mut pci_obj = serde_json::json!({"pci-address": pci.as_str(), "pf-pci-address": pf_pci.as_str()});
+    if let Some(r) = rdma {
+        pci_obj["rdma-device"] = serde_json::Value::from(r);
+    }
+    serde_json::json!({"type": "pci", "version": "1.1.0", "pci": pci_obj}).to_string()
+}
+
 /// Writes the NPWG device-info file (spec 1.1.0) if it does not exist yet; true when this call wrote it.
 pub fn write_device_info(path: &Path, pci: &PciAddr, pf_pci: &PciAddr, rdma: Option<&str>) -> io::Result<bool> {
     use std::io::Write;
@@ -212,14 +221,9 @@ pub fn write_device_info(path: &Path, pci: &PciAddr, pf_pci: &PciAddr, rdma: Opt
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut pci_obj = serde_json::json!({"pci-address": pci.as_str(), "pf-pci-address": pf_pci.as_str()});
-    if let Some(r) = rdma {
-        pci_obj["rdma-device"] = serde_json::Value::from(r);
-    }
-    let body = serde_json::json!({"type": "pci", "version": "1.1.0", "pci": pci_obj});
     match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(path) {
         Ok(mut f) => {
-            f.write_all(body.to_string().as_bytes())?;
+            f.write_all(device_info(pci, pf_pci, rdma).as_bytes())?;
             Ok(true)
         }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
