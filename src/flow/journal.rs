@@ -17,11 +17,41 @@ use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Failures, IoContext};
 use crate::kernel::link::Link;
 use crate::kernel::rdma::RdmaSocket;
-use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfSetting, VfState};
-use crate::model::Mac;
+use crate::kernel::vf::{self, guid_str, NetlinkPf, Pf, PfControl, VfSetting, VfState};
+use crate::model::{Mac, VlanProto};
 use netlink_packet_route::link::LinkAttribute;
 use std::path::PathBuf;
 use std::time::Duration;
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// A PF-side setting in the words of the configuration keys, so an error names the key the user wrote. Here, not
+/// in the kernel layer, which speaks no configuration.
+impl std::fmt::Display for VfSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VfSetting::Mac(m) => write!(f, "mac {m}"),
+            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Ad } => {
+                write!(f, "vlanProto 802.1ad (vlan {vlan}, vlanQoS {qos})")
+            }
+            VfSetting::Vlan { vlan, qos, .. } => write!(f, "vlan {vlan} (vlanQoS {qos})"),
+            VfSetting::SpoofChk(b) => write!(f, "spoofchk {}", on_off(*b)),
+            VfSetting::Trust(b) => write!(f, "trust {}", on_off(*b)),
+            VfSetting::LinkState(s) => write!(f, "link_state {}", format!("{s:?}").to_lowercase()),
+            VfSetting::Rate { min, max } => write!(f, "min_tx_rate {min} / max_tx_rate {max}"),
+            VfSetting::Guid { node, port } if node == port => write!(f, "infinibandGUID {}", guid_str(*node)),
+            VfSetting::Guid { node, port } => {
+                write!(f, "infinibandGUID node {} port {}", guid_str(*node), guid_str(*port))
+            }
+        }
+    }
+}
 
 /// One reversible change ADD makes, in the order ADD makes them.
 #[derive(Debug, Clone, PartialEq)]
@@ -496,7 +526,24 @@ impl Unwind<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{LinkState, VlanProto};
+    use crate::model::LinkState;
+
+    #[test]
+    fn settings_render_as_config_keys() {
+        let s = |v: VfSetting| v.to_string();
+        assert_eq!(
+            s(VfSetting::Vlan { vlan: 5, qos: 0, proto: VlanProto::Dot1Ad }),
+            "vlanProto 802.1ad (vlan 5, vlanQoS 0)"
+        );
+        assert_eq!(s(VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q }), "vlan 100 (vlanQoS 3)");
+        assert_eq!(s(VfSetting::LinkState(LinkState::Enable)), "link_state enable");
+        assert_eq!(s(VfSetting::Rate { min: 10, max: 90 }), "min_tx_rate 10 / max_tx_rate 90");
+        assert_eq!(
+            s(VfSetting::Guid { node: 0x0011_2233_4455_6677, port: 0x0011_2233_4455_6677 }),
+            "infinibandGUID 00:11:22:33:44:55:66:77"
+        );
+        assert_eq!(s(VfSetting::Trust(false)), "trust off");
+    }
 
     #[test]
     fn the_plan_puts_the_admin_mac_after_the_plain_settings_and_the_guid_last() {
