@@ -156,6 +156,7 @@ impl Step {
             Step::PfSetting(s) => u.restore_on_pf(s),
             Step::AdminMac(mac) => u.undo_admin_mac(*mac),
             Step::IbGuid { node, port } => {
+                u.bind_if_unbound();
                 u.restore_on_pf(&VfSetting::Guid { node: *node, port: *port });
                 if u.rec.driver.as_deref() == Some("mlx5_core") {
                     // mlx5 takes the restored GUID only when bound again; the netdev comes back with driver defaults.
@@ -492,6 +493,23 @@ impl Unwind<'_> {
         }
     }
 
+    /// Binds the VF to the driver it had before ADD if it is bound to none: an ADD killed between the unbind and
+    /// the bind of a rebind (admin MAC, GUID) leaves it so. True when it bound it (its netdev then comes back).
+    fn bind_if_unbound(&mut self) -> bool {
+        let Some(driver) = self.rec.driver.as_deref() else { return false };
+        if self.host.sysfs.driver(&self.rec.pci).is_some() {
+            return false;
+        }
+        crate::warn!("VF {} is bound to no driver (a rebind was interrupted); binding it to {driver}", self.rec.pci);
+        match self.host.sysfs.bind(&self.rec.pci, driver) {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(CniError::from_io(format!("binding VF {} to {driver} again", self.rec.pci), &e));
+                false
+            }
+        }
+    }
+
     /// The PF's admin MAC and the netdev's own MAC, back as they were. A PF holding an administratively set MAC
     /// refuses the VF's own change while trust is off (igb, ixgbe), so: clear the admin MAC (all-zero lifts the
     /// hold on igb, ixgbe, i40e, ice), set the netdev's MAC back (the VF driver registers it with the PF, which then
@@ -499,7 +517,8 @@ impl Unwind<'_> {
     /// by then.
     fn undo_admin_mac(&mut self, mac: Mac) {
         self.pf_now = None;
-        let Some(cur) = self.host_netdev(Duration::ZERO).filter(|_| self.rec.netdev.is_some()) else {
+        let wait = if self.bind_if_unbound() { RETURN_WAIT } else { Duration::ZERO };
+        let Some(cur) = self.host_netdev(wait).filter(|_| self.rec.netdev.is_some()) else {
             // No netdev to register a MAC (userspace driver, or it never came back): the PF row alone.
             return self.restore_on_pf(&VfSetting::Mac(mac));
         };

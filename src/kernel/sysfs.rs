@@ -275,6 +275,11 @@ impl Sysfs {
         fs::write(dir.join("bind"), pci.as_str())
     }
 
+    /// Binds a PCI function that is bound to no driver to `driver` (one an interrupted rebind left unbound).
+    pub fn bind(&self, pci: &PciAddr, driver: &str) -> io::Result<()> {
+        fs::write(self.root.join("bus/pci/drivers").join(driver).join("bind"), pci.as_str())
+    }
+
     pub fn read_trimmed(&self, pci: &PciAddr, file: &str) -> Option<String> {
         fs::read_to_string(self.pci_dir(pci).join(file)).ok().map(|s| s.trim().to_string())
     }

@@ -432,3 +432,54 @@ for i in 0 1 2 3 4 5; do cni DEL ch$i /var/run/netns/ph$i net1 '{"cniVersion":"1
 [ "$N6" = "$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address)" ] || { okp=0; echo "VMLOG netdev6: $(ip -o link show "$V6")"; }
 [ -z "$(ls /var/lib/cni/sriov-rdma/*.json 2>/dev/null)" ] || { okp=0; echo "VMLOG records left: $(ls /var/lib/cni/sriov-rdma/)"; }
 [ $okp = 1 ] && pass "orphan-reclaimed-by-pfname-add(gc --dry-run listed it)" || fail orphan-reclaimed-by-pfname-add "see VMLOG"
+
+# An ADD killed between the unbind and the bind of its rebind (igb takes an admin MAC only when its VF driver is
+# bound again, with trust off) leaves the VF bound to no driver, its netdev gone from the pod. Simulated exactly:
+# ADD, then unbind the VF. DEL must bind it to its driver again and restore the PF row and the netdev.
+V6=$(VFN 6); P6=$(VFP 6)
+ROW6=$(vfline 6); N6=$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address)
+ip netns add pub
+CU='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'","mac":"02:00:00:00:dd:06","vlan":61,"mtu":9000}'
+why=""
+if cni ADD cub /var/run/netns/pub net1 "$CU" >/dev/null; then
+  echo "$P6" > /sys/bus/pci/drivers/igbvf/unbind
+  [ -e /sys/bus/pci/devices/$P6/driver ] && why="$why still-bound"
+  ip -n pub link show net1 >/dev/null 2>&1 && why="$why net1-still-in-pod"
+  cni DEL cub /var/run/netns/pub net1 "$CU" || why="$why DEL: $(cat /tmp/err | tr '\n' ' ')"
+  grep -q "bound to no driver" /tmp/err || why="$why no-bind-logged"
+  [ "$(basename "$(readlink /sys/bus/pci/devices/$P6/driver)")" = igbvf ] || why="$why not-bound-to-igbvf"
+else why="ADD: $(cat /tmp/err)"; fi
+ip netns del pub
+[ "$ROW6" = "$(vfline 6)" ] || why="$why PF-row: $(vfline 6)"
+[ "$N6" = "$(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5; cat /sys/class/net/$V6/address 2>&1)" ] || why="$why netdev: $(ls /sys/bus/pci/devices/$P6/net 2>&1) $(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5)"
+[ -e /var/lib/cni/sriov-rdma/$P6.json ] && why="$why record-left"
+[ -z "$why" ] && pass del-binds-a-vf-an-interrupted-rebind-left-unbound || fail del-binds-a-vf-an-interrupted-rebind-left-unbound "$why"
+
+# SIGKILL at a moment of ADD on a real VF with PF settings (MAC, VLAN, spoofchk, trust on every other trial, so
+# igb's rebind is on the path too), 8 delays across the ADD: whatever step the journal had reached, DEL (retried
+# at most 3 times) leaves the PF's row for the VF, its netdev (name, MAC, MTU) and the record store as before.
+ROW6=$(vfline 6); N6=$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address)
+okk=1; killed=0; t=0
+for d in 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.5; do
+  t=$((t + 1)); TR=""; [ $((t % 2)) = 0 ] && TR=',"trust":"on"'
+  CK='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'","mac":"02:00:00:00:ee:0'$t'","vlan":62,"spoofchk":"on"'$TR',"mtu":9000,"ipam":{"type":"static","addresses":[{"address":"10.6.2.2/24"}]}}'
+  ip netns add pk
+  echo "$CK" > /tmp/ck.json
+  CNI_COMMAND=ADD CNI_CONTAINERID=ck$t CNI_NETNS=/var/run/netns/pk CNI_IFNAME=net1 $PLUGIN </tmp/ck.json >/dev/null 2>/tmp/ckerr &
+  pid=$!
+  sleep $d
+  kill -9 $pid 2>/dev/null && killed=$((killed + 1))
+  wait $pid 2>/dev/null
+  at="$(cat /var/lib/cni/sriov-rdma/$P6.json 2>/dev/null | grep -o '"step": "[a-z-]*"' | tail -1)"
+  n=0; until cni DEL ck$t /var/run/netns/pk net1 "$CK"; do n=$((n + 1)); [ $n -ge 3 ] && break; done
+  [ $n -ge 3 ] && { okk=0; echo "VMLOG kill $t: DEL failed: $(cat /tmp/err | tr '\n' ' ')"; }
+  ip netns del pk
+  why=""
+  [ "$ROW6" = "$(vfline 6)" ] || why="$why PF-row: $(vfline 6)"
+  [ "$N6" = "$(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5; cat /sys/class/net/$V6/address 2>&1)" ] || why="$why netdev: $(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5)"
+  [ -e /var/lib/cni/sriov-rdma/$P6.json ] && why="$why record-left"
+  echo "VMLOG kill $t after ${d}s: journal at ${at:-nothing}${why:+; FAILED:$why}"
+  [ -z "$why" ] || okk=0
+done
+[ $okk = 1 ] && [ $killed -gt 0 ] && pass "sigkill-mid-add-then-del-restores-a-real-vf($killed of 8 killed mid-ADD)" \
+  || fail sigkill-mid-add-then-del-restores-a-real-vf "killed=$killed, see VMLOG"
