@@ -181,8 +181,16 @@ pub fn report(netns: Option<&str>) -> Report {
         }
         for a in &records {
             if !a.complete {
+                let begun = match a.journal.last() {
+                    None => "no step begun".to_string(),
+                    Some(s) => {
+                        let n = a.journal.len();
+                        format!("{n} step{} begun, the last: {}", if n == 1 { "" } else { "s" }, s.describe())
+                    }
+                };
                 warnings.push(format!(
-                    "VF {} has the record of an interrupted ADD ({}/{}): the runtime's DEL or GC will undo it",
+                    "VF {} has the record of an interrupted ADD ({}/{}; {begun}): the runtime's DEL or GC will \
+                     undo it",
                     a.pci, a.container_id, a.ifname
                 ));
             }

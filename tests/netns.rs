@@ -524,7 +524,7 @@ fn del_undoes_an_interrupted_add() {
     rec["complete"] = Value::Bool(false);
     std::fs::write(&path, rec.to_string()).unwrap();
     let (_, report) = doctor(&bed.sysfs, &bed.state, &[]);
-    assert!(report.contains("interrupted ADD"), "{report}");
+    assert!(report.contains("interrupted ADD") && report.contains("the last: netdev into the pod"), "{report}");
     bed.run("DEL", "c1", &ns, "net1", &conf).ok();
     assert_eq!(identity(None, &vf), Some(before));
     assert!(bed.records().is_empty());

@@ -93,6 +93,19 @@ impl Step {
         out
     }
 
+    /// What the step does, in a few words (logs, `doctor`).
+    pub fn describe(&self) -> String {
+        match self {
+            Step::PfSetting(s) => format!("{s} on the PF"),
+            Step::AdminMac(m) => format!("admin MAC {m}"),
+            Step::IbGuid { node, .. } => format!("InfiniBand GUID {}", guid_str(*node)),
+            Step::RdmaIn(d) => format!("RDMA device {} into the pod", d.name),
+            Step::NetdevIn => "netdev into the pod".into(),
+            Step::Ipam => "IPAM".into(),
+            Step::DeviceInfo(p) => format!("device-info file {}", p.display()),
+        }
+    }
+
     /// The PF-side setting this step makes, if it makes one.
     pub fn pf_setting(&self) -> Option<VfSetting> {
         match self {
