@@ -4,7 +4,7 @@ PODMAN ?= podman
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE ?= localhost/sriov-rdma
 
-.PHONY: all build release image test unit e2e lint bench bench-vm install demo demo-host deps clean
+.PHONY: all build release bench-bins image test unit e2e lint bench bench-vm install demo demo-host deps clean
 
 all: release
 
@@ -14,6 +14,12 @@ build:
 # Static executables (glibc linked in, see .cargo/config.toml): they start on any node.
 release:
 	$(CARGO) build --release
+
+# The benchmarks cni-bench and netns-floor use the fake sysfs tree (the fixtures feature), which sriov-rdma is
+# built without; this builds only them, into target/release, and leaves sriov-rdma there as it is. The
+# emulated machine's initramfs carries them (tests/vm/build-initramfs.sh).
+bench-bins:
+	$(CARGO) build --release --features fixtures --bin cni-bench --bin netns-floor
 
 # The installer image (FROM scratch: the static binary, entrypoint `sriov-rdma install`), built offline.
 image: deps release
@@ -46,11 +52,11 @@ BENCH_KERNEL ?= 6.12
 
 # Real VFs: QEMU igb (SR-IOV) under each of E2E_KERNELS, one after the other; fails if any fails.
 # Downloads are cached in .cache/vm.
-e2e: release
+e2e: release bench-bins
 	KERNEL="$(E2E_KERNELS)" ./tests/vm/run.sh e2e
 
 # The main job: one VF (and an RDMA device) attached to a pod with cnitool on the emulated SR-IOV machine.
-demo: deps release
+demo: deps release bench-bins
 	KERNEL=$(DEMO_KERNEL) ./tests/vm/run.sh demo
 
 # The same flow on this host, with a veth standing in for the VF.
@@ -58,7 +64,7 @@ demo-host: deps release
 	./scripts/demo-host.sh
 
 # ADD+DEL of a real VF against the kernel floor for the same VF, with CPU time, inside the emulated machine.
-bench-vm: release
+bench-vm: release bench-bins
 	KERNEL=$(BENCH_KERNEL) ./tests/vm/run.sh bench $(or $(N),20)
 
 lint:
@@ -66,7 +72,7 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 
 # Side-by-side ADD+DEL timings and CPU time on stand-in VFs, one at a time and 8 and 16 at once (root).
-bench: deps release
+bench: deps release bench-bins
 	./target/release/cni-bench $(or $(N),30)
 
 # Atomic (temp file + rename), so a node running ADDs never executes a half-written binary.

@@ -99,6 +99,55 @@ fn the_release_binary_is_fully_static() {
     assert!(!said.contains("=>") && !said.contains("ld-linux"), "ldd: {said}");
 }
 
+/// Whether `needle` occurs in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The test fixtures (kernel::sysfs::fake, the fake sysfs tree, behind the `fixtures` feature) are not in
+/// what `cargo build --release` builds. The library is checked as well as the binary: LTO drops FakeTree's
+/// unused code from sriov-rdma whether or not the module is compiled, so only the library's metadata shows
+/// whether the module is out. Asks cargo which artifacts that command gives (up to date, after release_bin,
+/// so nothing is rebuilt) rather than guessing: target/release/libsriov_rdma_cni.rlib is whichever build
+/// ran last, and the benchmarks' build (--features fixtures) writes it too.
+#[test]
+fn the_release_build_has_no_test_fixtures() {
+    let bin = release_bin();
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--message-format=json"])
+        .current_dir(ROOT)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running cargo");
+    assert!(out.status.success(), "cargo build --release failed");
+    let (mut lib, mut exe) = (Vec::new(), None);
+    for m in String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
+        if m["reason"] != "compiler-artifact" || m["manifest_path"] != format!("{ROOT}/Cargo.toml") {
+            continue;
+        }
+        assert_eq!(m["features"], serde_json::json!([]), "{}: built with features", m["target"]["name"]);
+        match m["target"]["name"].as_str() {
+            Some("sriov_rdma_cni") => {
+                lib.extend(m["filenames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()))
+            }
+            Some("sriov-rdma") => exe = m["executable"].as_str().map(PathBuf::from),
+            other => panic!("cargo build --release built {other:?}: only the library and sriov-rdma"),
+        }
+    }
+    assert_eq!(exe.as_deref(), Some(bin.as_path()), "cargo build --release gives {}", bin.display());
+    assert!(lib.iter().any(|f| f.ends_with(".rlib")) && lib.iter().any(|f| f.ends_with(".rmeta")), "{lib:?}");
+    for f in &lib {
+        // A method only FakeTree has; its name is in the metadata of a library that has the module.
+        assert!(!contains(&fs::read(f).unwrap(), b"set_vf_netdev"), "{f} has FakeTree (kernel::sysfs::fake)");
+    }
+    // The text FakeTree::new writes into a tree's fixture mark, a string only that code has.
+    assert!(
+        !contains(&fs::read(&bin).unwrap(), b"a test tree: no namespace-tagged view"),
+        "{} has FakeTree's code",
+        bin.display()
+    );
+}
+
 #[test]
 fn the_release_binary_runs_in_an_empty_root() {
     if !runnable("runs_in_an_empty_root", &[("root (chroot)", is_root())]) {

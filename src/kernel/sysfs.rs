@@ -287,6 +287,7 @@ impl Sysfs {
 
 /// A fake sysfs PCI tree with the layout of a real one (physfn, virtfnN, driver, net/, infiniband/), nothing
 /// else. `SRIOV_RDMA_SYSFS` points the plugin at one; the tests, the benchmark and the host demo build them.
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fake {
     use super::*;
     use std::os::unix::fs::symlink;

@@ -35,6 +35,9 @@ copy_bin /usr/sbin/ip /usr/sbin/ip
 copy_bin /usr/bin/rdma /usr/sbin/rdma
 copy_bin "$top/target/release/sriov-rdma" /opt/cni/bin/sriov-rdma
 for p in static host-local host-device; do copy_bin /usr/lib/cni/$p /opt/cni/bin/$p; done
+for b in cni-bench netns-floor; do # built with the fixtures feature, not by cargo build --release
+  [ -x "$top/target/release/$b" ] || { echo "build-initramfs: no target/release/$b (make bench-bins)" >&2; exit 1; }
+done
 copy_bin "$top/target/release/cni-bench" /usr/sbin/cni-bench
 copy_bin "$top/target/release/netns-floor" /usr/sbin/netns-floor
 [ -x "$cache/cnitool" ] && copy_bin "$cache/cnitool" /usr/sbin/cnitool
