@@ -158,6 +158,17 @@ fn the_release_binary_runs_in_an_empty_root() {
     let _ = fs::remove_dir_all(&root);
     fs::create_dir_all(&root).unwrap();
     fs::copy(&bin, root.join("sriov-rdma")).unwrap();
+    // The copy's write fd can linger in a child another test thread forked meanwhile (until that child execs):
+    // exec then fails with ETXTBSY, which chroot reports as 126 "Text file busy". Wait it out, a bounded time.
+    let busy = (0..100).find(|_| {
+        let o = Command::new("/usr/sbin/chroot").arg(&root).arg("/sriov-rdma").arg("--version").env_clear().output();
+        let busy = o.is_ok_and(|o| String::from_utf8_lossy(&o.stderr).contains("Text file busy"));
+        if busy {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        !busy
+    });
+    assert!(busy.is_some(), "the copied binary stayed busy (ETXTBSY) for 2 s");
     let run = |args: &[&str], env: &[(&str, &str)], stdin: &str| {
         let mut c = Command::new("/usr/sbin/chroot")
             .arg(&root)
