@@ -130,14 +130,6 @@ impl Failures {
         self.0.is_empty()
     }
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn extend(&mut self, other: Failures) {
-        self.0.extend(other.0);
-    }
-
     /// The most specific code: the first that is not the generic I/O code 5 (an IPAM plugin's own, a busy
     /// lock's 11), else 5.
     pub fn code(&self) -> Code {

@@ -475,7 +475,8 @@ impl Unwind<'_> {
     }
 
     /// The VF's netdev on the host. From a destroyed namespace the kernel hands it back asynchronously: the first
-    /// lookup then waits for it, a bounded time.
+    /// lookup then waits for it, a bounded time. `None` for a VF without a netdev (userspace driver): `host_name`
+    /// starts from the record's netdev.
     fn host_netdev(&mut self, wait: Duration) -> Option<Link> {
         let name = self.host_name.clone()?;
         let wait = if self.pod.is_none() && !self.waited { RETURN_WAIT.max(wait) } else { wait };
@@ -531,7 +532,7 @@ impl Unwind<'_> {
     fn undo_admin_mac(&mut self, mac: Mac) {
         self.pf_now = None;
         let wait = if self.bind_if_unbound() { RETURN_WAIT } else { Duration::ZERO };
-        let Some(cur) = self.host_netdev(wait).filter(|_| self.rec.netdev.is_some()) else {
+        let Some(cur) = self.host_netdev(wait) else {
             // No netdev to register a MAC (userspace driver, or it never came back): the PF row alone.
             return self.restore_on_pf(&VfSetting::Mac(mac));
         };
