@@ -433,6 +433,63 @@ for i in 0 1 2 3 4 5; do cni DEL ch$i /var/run/netns/ph$i net1 '{"cniVersion":"1
 [ -z "$(ls /var/lib/cni/sriov-rdma/*.json 2>/dev/null)" ] || { okp=0; echo "VMLOG records left: $(ls /var/lib/cni/sriov-rdma/)"; }
 [ $okp = 1 ] && pass "orphan-reclaimed-by-pfname-add(gc --dry-run listed it)" || fail orphan-reclaimed-by-pfname-add "see VMLOG"
 
+# A VF inside a namespace whose path is gone but which a process still holds is in use, not an orphan: gc leaves
+# it (PF row and lease too), a second pod cannot take it, and DEL keeps the record until the kernel hands the VF
+# back; once the holder exits, the VF comes back under its pod name and the retried DEL restores everything.
+V6=$(VFN 6); P6=$(VFP 6)
+ROW6=$(vfline 6); N6=$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address)
+why=""
+ip netns add phold
+CH='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'","vlan":67,"trust":"on","mtu":9000,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.6.7.0/24"}]],"dataDir":"/tmp/ipamh"}}'
+if cni ADD chold /var/run/netns/phold net1 "$CH" >/dev/null; then
+  # iproute2 itself (not the ip() function, whose subshell $! would name) execs the holder in the namespace.
+  /usr/sbin/ip netns exec phold /bin/busybox sleep 300 &
+  hpid=$!
+  sleep 0.3
+  ip netns del phold
+  G=$($PLUGIN gc --json 2>/dev/null); grc=$?
+  echo "$G" | tr -d '\n ' | grep -q '"pci":"'$P6'"[^}]*"state":"held"' || why="$why gc-not-held($grc):$(echo "$G" | tr -d '\n ')"
+  vfline 6 | grep -q "vlan 67" || why="$why pf-row-restored-under-a-live-pod"
+  [ -n "$(ls /tmp/ipamh/vmnet 2>/dev/null | grep '^10\.6\.7\.')" ] || why="$why lease-released"
+  [ -z "$(ls /sys/bus/pci/devices/$P6/net 2>/dev/null)" ] || why="$why vf-on-host-while-held"
+  ip netns add phold2
+  cni ADD chold2 /var/run/netns/phold2 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'"}' >/dev/null \
+    && why="$why second-add-took-it"
+  grep -q "still in use" /tmp/err || why="$why second-add-error:$(cat /tmp/err | tail -1)"
+  ip netns del phold2
+  cni DEL chold "" net1 "$CH" >/dev/null && why="$why del-succeeded-while-held"
+  grep -q "has not come back" /tmp/err || why="$why del-error:$(tail -1 /tmp/err)"
+  [ -e /var/lib/cni/sriov-rdma/$P6.json ] || why="$why record-dropped"
+  vfline 6 | grep -q "vlan 67" || why="$why pf-row-restored-by-failed-del"
+  kill $hpid; wait $hpid 2>/dev/null
+  for i in $(seq 1 100); do [ -n "$(ls /sys/bus/pci/devices/$P6/net 2>/dev/null)" ] && break; sleep 0.1; done
+  echo "VMLOG held VF back on the host as: $(ls /sys/bus/pci/devices/$P6/net 2>/dev/null)"
+  cni DEL chold "" net1 "$CH" >/dev/null || why="$why retried-del:$(tail -1 /tmp/err)"
+else why="ADD: $(cat /tmp/err)"; ip netns del phold; fi
+[ "$ROW6" = "$(vfline 6)" ] || why="$why PF-row: $(vfline 6)"
+[ "$N6" = "$(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5; cat /sys/class/net/$V6/address 2>&1)" ] || why="$why netdev: $(ls /sys/bus/pci/devices/$P6/net 2>&1)"
+[ -e /var/lib/cni/sriov-rdma/$P6.json ] && why="$why record-left"
+[ -n "$(ls /tmp/ipamh/vmnet 2>/dev/null | grep '^10\.6\.7\.')" ] && why="$why lease-left"
+[ -z "$why" ] && pass held-netns-vf-never-reclaimed-then-restored || fail held-netns-vf-never-reclaimed-then-restored "$why"
+
+# CHECK compares the MTU with what ADD left: with an admin MAC and trust off igb's VF driver is rebound, and the
+# netdev comes back with the driver's MTU, not the one it had on the host.
+V6=$(VFN 6); P6=$(VFP 6)
+M6=$(cat /sys/class/net/$V6/mtu)
+ip link set "$V6" mtu 4000
+why=""
+ip netns add pmtu
+CM='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'","mac":"02:00:00:00:dd:07","trust":"off"}'
+if cni ADD cmtu /var/run/netns/pmtu net1 "$CM" >/dev/null; then
+  echo "VMLOG after the rebind net1 has MTU $(ip netns exec pmtu cat /sys/class/net/net1/mtu)"
+  cni CHECK cmtu /var/run/netns/pmtu net1 "$CM" >/dev/null || why="$why CHECK:$(tail -1 /tmp/err)"
+  cni DEL cmtu /var/run/netns/pmtu net1 "$CM" >/dev/null || why="$why DEL:$(tail -1 /tmp/err)"
+  [ "$(cat /sys/class/net/$V6/mtu)" = 4000 ] || why="$why mtu-not-restored:$(cat /sys/class/net/$V6/mtu)"
+else why="ADD: $(cat /tmp/err)"; fi
+ip netns del pmtu
+ip link set "$V6" mtu "$M6"
+[ -z "$why" ] && pass check-mtu-is-what-add-left-after-a-rebind || fail check-mtu-is-what-add-left-after-a-rebind "$why"
+
 # An ADD killed between the unbind and the bind of its rebind (igb takes an admin MAC only when its VF driver is
 # bound again, with trust off) leaves the VF bound to no driver, its netdev gone from the pod. Simulated exactly:
 # ADD, then unbind the VF. DEL must bind it to its driver again and restore the PF row and the netdev.
