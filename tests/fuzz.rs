@@ -316,7 +316,8 @@ fn mutated_configs_and_env_never_panic_and_always_answer_in_cni_json() {
     // Before anything else runs in this process: the plugin's view of the host is the temp tree.
     std::env::set_var("SRIOV_RDMA_SYSFS", tmp.join("sys"));
     std::env::set_var("SRIOV_RDMA_STATE_DIR", tmp.join("state"));
-    sriov_rdma_cni::log::init(LogLevel::Error, Some(&tmp.join("plugin.log")));
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(tmp.join("plugin.log")).unwrap();
+    sriov_rdma_cni::log::init(LogLevel::Error, Some(log));
     let empty_bin = tmp.join("bin").display().to_string();
 
     let seeds = seeds();

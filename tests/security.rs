@@ -54,6 +54,16 @@ impl Node {
     }
 }
 
+/// A bed with `n` VFs, its node directories, a pod namespace, and VF 0 (address, netdev, identity) before the test.
+fn setup(tag: &str, n: usize) -> (Bed, Node, String, String, String, Identity) {
+    let mut bed = Bed::new(tag, n);
+    let node = Node::of(&bed);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    (bed, node, ns, pci, vf, before)
+}
+
 /// The refused ADD changed nothing the kernel or the store shows: the VF on the host as it was, nothing in the
 /// pod, no record.
 #[track_caller]
@@ -83,17 +93,11 @@ fn devinfo_conf(pci: &str, path: &Path, extra: &str) -> String {
 #[test]
 fn device_info_outside_the_node_directory_is_refused_before_anything_changes() {
     root_only!();
-    let mut bed = Bed::new("dio", 1);
-    let node = Node::of(&bed);
-    let ns = bed.netns();
-    let (pci, vf) = bed.vfs[0].clone();
-    let before = identity(None, &vf).unwrap();
+    let (bed, node, ns, pci, vf, before) = setup("dio", 1);
     let elsewhere = bed.dir.join("elsewhere");
-    for path in [
-        elsewhere.join("made/on/the/way/x.json"),
-        node.devinfo.join("../elsewhere/x.json"),
-        node.devinfo.clone(),
-    ] {
+    for path in
+        [elsewhere.join("made/on/the/way/x.json"), node.devinfo.join("../elsewhere/x.json"), node.devinfo.clone()]
+    {
         let r = node.run(&bed, "ADD", "c1", &ns, &devinfo_conf(&pci, &path, &static_ipam("10.77.0.2/24")));
         refused(&r, &["runtimeConfig.CNIDeviceInfoFile", &node.devinfo.display().to_string()]);
         unchanged(&bed, &ns, &vf, &before);
@@ -114,11 +118,7 @@ fn device_info_outside_the_node_directory_is_refused_before_anything_changes() {
 #[test]
 fn a_symlink_in_the_device_info_path_is_never_followed() {
     root_only!();
-    let mut bed = Bed::new("dis", 1);
-    let node = Node::of(&bed);
-    let ns = bed.netns();
-    let (pci, vf) = bed.vfs[0].clone();
-    let before = identity(None, &vf).unwrap();
+    let (bed, node, ns, pci, vf, before) = setup("dis", 1);
     let target = bed.dir.join("target");
     fs::create_dir_all(&target).unwrap();
     fs::create_dir_all(&node.devinfo).unwrap();
@@ -154,11 +154,7 @@ fn log_conf(pci: &str, path: &Path) -> String {
 #[test]
 fn log_file_outside_the_node_directory_or_through_a_symlink_is_refused() {
     root_only!();
-    let mut bed = Bed::new("lgf", 1);
-    let node = Node::of(&bed);
-    let ns = bed.netns();
-    let (pci, vf) = bed.vfs[0].clone();
-    let before = identity(None, &vf).unwrap();
+    let (bed, node, ns, pci, vf, before) = setup("lgf", 1);
     let outside = bed.dir.join("etc-shadow-stand-in");
     let r = node.run(&bed, "ADD", "c1", &ns, &log_conf(&pci, &outside));
     refused(&r, &["logFile", &node.log.display().to_string()]);
@@ -195,12 +191,8 @@ fn log_file_outside_the_node_directory_or_through_a_symlink_is_refused() {
 #[test]
 fn a_newline_in_a_logged_value_never_starts_a_line_of_its_own() {
     root_only!();
-    let mut bed = Bed::new("lgn", 1);
-    let node = Node::of(&bed);
+    let (bed, node, ns, _, vf, before) = setup("lgn", 1);
     fs::create_dir_all(&node.log).unwrap();
-    let ns = bed.netns();
-    let (_, vf) = bed.vfs[0].clone();
-    let before = identity(None, &vf).unwrap();
     let log = node.log.join("sriov-rdma.log");
     let conf = format!(
         r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","pfName":"x\nFORGED\r\u001b[2K","logFile":"{}"}}"#,
@@ -224,11 +216,7 @@ fn write_policy(node: &Node, policy: &serde_json::Value) {
 #[test]
 fn the_node_policy_limits_pfs_namespaces_and_vlans() {
     root_only!();
-    let mut bed = Bed::new("pol", 2);
-    let node = Node::of(&bed);
-    let ns = bed.netns();
-    let (pci, vf) = bed.vfs[0].clone();
-    let before = identity(None, &vf).unwrap();
+    let (bed, node, ns, pci, vf, before) = setup("pol", 2);
     let file = node.policy.display().to_string();
     let by_pf = format!(
         r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","pfName":"{}","logLevel":"debug"}}"#,
@@ -314,11 +302,7 @@ fn the_node_policy_limits_pfs_namespaces_and_vlans() {
 #[test]
 fn a_malformed_policy_fails_closed_naming_the_file_and_the_key() {
     root_only!();
-    let mut bed = Bed::new("pbd", 1);
-    let node = Node::of(&bed);
-    let ns = bed.netns();
-    let (pci, vf) = bed.vfs[0].clone();
-    let before = identity(None, &vf).unwrap();
+    let (bed, node, ns, pci, vf, before) = setup("pbd", 1);
     let file = node.policy.display().to_string();
     let conf = conf_dev("1.0.0", &pci, "");
     for (body, key) in [

@@ -1,6 +1,7 @@
 //! The attach/detach flow: what ADD, DEL, CHECK, GC and STATUS do with the protocol and kernel layers.
 
 pub mod add;
+pub mod admit;
 pub mod check;
 pub mod context;
 pub mod del;
@@ -44,7 +45,19 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     }
     let conf = NetConf::parse(stdin, &env.args)?;
     let paths = context::Paths::from_env(&get);
-    crate::log::init(conf.log_level, conf.log_file.as_deref());
+    // A refused logFile fails ADD; any other command must still finish, so it logs to stderr and says why.
+    let (log, refused) = match admit::log_sink(&paths, &conf) {
+        Ok((file, why)) => ((file, why), None),
+        Err(e) if env.command == Command::Add => ((None, None), Some(e)),
+        Err(e) => ((None, Some(e.msg)), None),
+    };
+    crate::log::init(conf.log_level, log.0);
+    if let Some(why) = log.1 {
+        crate::warn!("{why}; logging to stderr");
+    }
+    if let Some(e) = refused {
+        return Err(e);
+    }
     let need = |min: Version, what: &str| -> CniResult<()> {
         if conf.version < min {
             return Err(CniError::new(
@@ -60,6 +73,7 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     };
     match env.command {
         Command::Add => {
+            admit::add(&paths, &conf, &env)?;
             let r = add::add(&paths, &conf, &env)?;
             Ok(Some(r.to_json(conf.version).to_string()))
         }

@@ -79,6 +79,7 @@ impl Containerd {
             env: vec![
                 ("SRIOV_RDMA_SYSFS".into(), sysfs.display().to_string()),
                 ("SRIOV_RDMA_STATE_DIR".into(), state.display().to_string()),
+                ("SRIOV_RDMA_LOG_DIR".into(), dir.display().to_string()),
             ],
             child: None,
             dir,
