@@ -14,6 +14,8 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub const DIR: &str = "/etc/sriov-rdma";
+pub const FILE_NAME: &str = "policy.json";
 pub const DEFAULT_PATH: &str = "/etc/sriov-rdma/policy.json";
 
 /// The entry that stands for every namespace not listed by name.
