@@ -360,6 +360,12 @@ fn mutated_configs_and_env_never_panic_and_always_answer_in_cni_json() {
         .collect();
         vars.insert("CNI_NETNS".into(), format!("{NOWHERE}/ns"));
         vars.insert("CNI_PATH".into(), empty_bin.clone());
+        // The node's directories and policy are the temp tree's: nothing of the machine's is read or written.
+        for (var, d) in
+            [("SRIOV_RDMA_DEVINFO_DIR", "devinfo"), ("SRIOV_RDMA_LOG_DIR", "log"), ("SRIOV_RDMA_POLICY", "policy.json")]
+        {
+            vars.insert(var.into(), tmp.join(d).display().to_string());
+        }
         let mut touched_vars: Vec<&str> = Vec::new();
         for _ in 0..rng.below(3) {
             let var = *rng.pick(VARS);
