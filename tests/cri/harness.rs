@@ -79,7 +79,10 @@ impl Containerd {
             env: vec![
                 ("SRIOV_RDMA_SYSFS".into(), sysfs.display().to_string()),
                 ("SRIOV_RDMA_STATE_DIR".into(), state.display().to_string()),
+                // The node's log and device-info directories and policy: the test's own, never the machine's.
                 ("SRIOV_RDMA_LOG_DIR".into(), dir.display().to_string()),
+                ("SRIOV_RDMA_DEVINFO_DIR".into(), dir.join("devinfo").display().to_string()),
+                ("SRIOV_RDMA_POLICY".into(), dir.join("no-node-policy.json").display().to_string()),
             ],
             child: None,
             dir,
