@@ -4,11 +4,10 @@
 
 use super::context::{not_usable, Paths};
 use crate::cni::config::{NetConf, VfSource};
-use crate::cni::env::CniEnv;
-use crate::cni::error::{CniError, CniResult};
+use crate::cni::env::{CniEnv, Command};
+use crate::cni::error::{CniError, CniResult, Code};
 use crate::kernel::confined::{is_symlink_refusal, Confined};
 use crate::policy::{Policy, Request};
-use std::fs::File;
 use std::path::Path;
 
 /// `path` (the value of `key`) inside the node's directory `base`, with no symbolic link on the way now.
@@ -21,16 +20,34 @@ fn confine(key: &str, base: &Path, path: &Path) -> CniResult<Confined> {
     Ok(c)
 }
 
-/// Where the log goes. `Err`: `logFile` is outside the node's log directory or passes through a symbolic link
-/// (code 7). `Ok((None, Some(why)))`: it could not be opened otherwise, so the log goes to stderr.
-pub fn log_sink(paths: &Paths, conf: &NetConf) -> CniResult<(Option<File>, Option<String>)> {
-    let Some(path) = &conf.log_file else { return Ok((None, None)) };
-    let c = confine("logFile", &paths.log_dir, path)?;
-    match crate::log::open(&c) {
-        Ok(f) => Ok((Some(f), None)),
-        Err(e) if is_symlink_refusal(&e) => Err(CniError::config(format!("logFile {}: {e}", path.display()))),
-        Err(e) => Ok((None, Some(format!("opening logFile {}: {e}", path.display())))),
+/// Sets up the log: `logFile` inside the node's log directory, else stderr. A `logFile` outside it or through a
+/// symbolic link fails ADD (code 7); any other command must still finish, so it logs to stderr and says why, as
+/// it does when the file cannot be opened otherwise.
+pub fn init_log(paths: &Paths, conf: &NetConf, command: Command) -> CniResult<()> {
+    let Some(path) = &conf.log_file else {
+        crate::log::init(conf.log_level, None);
+        return Ok(());
+    };
+    let opened = confine("logFile", &paths.log_dir, path).and_then(|at| {
+        crate::log::open(&at).map_err(|e| {
+            if is_symlink_refusal(&e) {
+                CniError::config(format!("logFile {}: {e}", path.display()))
+            } else {
+                CniError::from_io(format!("opening logFile {}", path.display()), &e)
+            }
+        })
+    });
+    match opened {
+        Ok(f) => crate::log::init(conf.log_level, Some(f)),
+        Err(e) => {
+            crate::log::init(conf.log_level, None);
+            if command == Command::Add && e.code == Code::InvalidConfig {
+                return Err(e);
+            }
+            crate::warn!("{e}; logging to stderr");
+        }
     }
+    Ok(())
 }
 
 /// ADD's checks: the device-info file's place and the node policy.

@@ -45,19 +45,7 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     }
     let conf = NetConf::parse(stdin, &env.args)?;
     let paths = context::Paths::from_env(&get);
-    // A refused logFile fails ADD; any other command must still finish, so it logs to stderr and says why.
-    let (log, refused) = match admit::log_sink(&paths, &conf) {
-        Ok((file, why)) => ((file, why), None),
-        Err(e) if env.command == Command::Add => ((None, None), Some(e)),
-        Err(e) => ((None, Some(e.msg)), None),
-    };
-    crate::log::init(conf.log_level, log.0);
-    if let Some(why) = log.1 {
-        crate::warn!("{why}; logging to stderr");
-    }
-    if let Some(e) = refused {
-        return Err(e);
-    }
+    admit::init_log(&paths, &conf, env.command)?;
     let need = |min: Version, what: &str| -> CniResult<()> {
         if conf.version < min {
             return Err(CniError::new(
