@@ -22,3 +22,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# The reference plugins that speak CNI 1.1.0 (GC) for tests/spec.rs, built from their Go module into a cache
+# outside the clone.
+"$(dirname "$0")/build-cni-plugins.sh" >/dev/null

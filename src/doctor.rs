@@ -4,7 +4,8 @@
 //! ports and GID tables (like `show_gids`), the RDMA netns mode and what it means for the `rdma` policy, and
 //! warnings with the fix. Exit status 1 when something blocks ADD.
 
-use crate::flow::context::Paths;
+use crate::flow::context::{Host, Paths};
+use crate::flow::orphans::{whereabouts, Whereabouts};
 use crate::flow::state::Attachment;
 use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
@@ -188,6 +189,7 @@ pub fn report(netns: Option<&str>) -> Report {
                 pfs[0].name, pfs[0].totalvfs
             ));
         }
+        let mut host = Host::open(&paths).ok();
         for a in &records {
             if !a.complete {
                 let begun = match a.journal.last() {
@@ -203,12 +205,23 @@ pub fn report(netns: Option<&str>) -> Report {
                     a.pci, a.container_id, a.ifname
                 ));
             }
-            if crate::flow::orphans::is_orphan(a) {
-                warnings.push(format!(
-                    "VF {} is recorded for {}/{} but {} is gone: an orphan; `sriov-rdma gc` reclaims it (so does the \
-                     next ADD that wants it)",
+            match host.as_mut().map(|h| whereabouts(h, a)) {
+                Some(Ok(Whereabouts::Orphan)) => warnings.push(format!(
+                    "VF {} is recorded for {}/{} but is back on the host: an orphan; `sriov-rdma gc` reclaims it (so \
+                     does the next ADD that wants it)",
+                    a.pci, a.container_id, a.ifname
+                )),
+                Some(Ok(Whereabouts::Held)) => warnings.push(format!(
+                    "VF {} is recorded for {}/{}, whose namespace path {} is gone, but the VF has not come back: a \
+                     process still holds the namespace (find it: `lsns -t net`); it is reclaimed once it is back",
                     a.pci, a.container_id, a.ifname, a.netns
-                ));
+                )),
+                _ => {}
+            }
+        }
+        if let Ok(store) = paths.store() {
+            for bad in store.unreadable() {
+                warnings.push(bad.to_string());
             }
         }
     }

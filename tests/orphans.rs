@@ -17,6 +17,12 @@ fn can_run(what: &str) -> bool {
 /// Destroys the pod namespace without a DEL, and plays the kernel handing the VF back as `pod_name`.
 fn orphan(bed: &Bed, ns: &str, pci: &str, vf: &str, pod_name: &str) {
     must(&["ip", "netns", "del", ns]);
+    hand_back(bed, pci, vf, pod_name);
+}
+
+/// Plays the kernel handing the VF back to the host as `pod_name` once its namespace is destroyed (a veth dies with
+/// its namespace; a VF's netdev comes back under the name it had there).
+fn hand_back(bed: &Bed, pci: &str, vf: &str, pod_name: &str) {
     let _ = sh(&["ip", "link", "del", &format!("{vf}p")]);
     must(&["ip", "link", "add", pod_name, "mtu", "4300", "type", "veth", "peer", "name", &format!("{vf}p")]);
     bed.set_vf_netdev(pci, pod_name);
@@ -115,14 +121,15 @@ fn gc_command_lists_and_reclaims_orphans_and_leaves_live_and_unopenable_ones() {
     bed.run("ADD", "c1", &ns1, "net1", &conf_dev("1.0.0", &pci1, "")).ok();
     bed.run("ADD", "c2", &ns2, "net1", &conf_dev("1.0.0", &pci2, "")).ok();
     orphan(&bed, &ns0, &pci0, &vf0, "ogc1");
-    // A namespace path that exists but is no namespace is never an orphan.
+    // A namespace path that exists but is no namespace is no live pod, but no orphan either while the VF is not
+    // back on the host.
     let rec2 = bed.state.join(format!("{pci2}.json"));
     let body = std::fs::read_to_string(&rec2).unwrap().replace(&format!("/var/run/netns/{ns2}"), "/etc/hostname");
     std::fs::write(&rec2, body).unwrap();
 
     let (rc, out) = gc(&bed, &["--dry-run"]);
     assert_eq!(rc, 1, "an orphan is left: {out}");
-    assert!(out.contains(&format!("VF {pci0}")) && out.contains("orphan (its namespace is gone"), "{out}");
+    assert!(out.contains(&format!("VF {pci0}")) && out.contains("orphan (the VF is back on the host"), "{out}");
     assert_eq!(bed.records().len(), 3, "--dry-run changes nothing");
 
     let (rc, out) = gc(&bed, &["--json"]);
@@ -133,7 +140,7 @@ fn gc_command_lists_and_reclaims_orphans_and_leaves_live_and_unopenable_ones() {
     };
     assert_eq!(state(&pci0).as_deref(), Some("reclaimed"));
     assert_eq!(state(&pci1).as_deref(), Some("live"));
-    assert_eq!(state(&pci2).as_deref(), Some("live"));
+    assert_eq!(state(&pci2).as_deref(), Some("held"));
     assert_eq!(identity(None, &vf0), Some(before), "the orphan's VF is restored on the host");
     assert!(leases(&bed).is_empty(), "its lease released with the config its ADD recorded");
     assert_eq!(bed.records().len(), 2);
@@ -143,4 +150,173 @@ fn gc_command_lists_and_reclaims_orphans_and_leaves_live_and_unopenable_ones() {
     assert_eq!(rc, 0, "nothing left to reclaim");
     bed.run("DEL", "c1", &ns1, "net1", &conf_dev("1.0.0", &pci1, "")).ok();
     std::fs::remove_file(&rec2).unwrap();
+}
+
+/// A process holding the pod namespace after its path is removed (`ip netns del` while the pod's processes run).
+struct Holder(std::process::Child);
+
+impl Holder {
+    fn new(ns: &str) -> Holder {
+        let child =
+            Command::new("ip").args(["netns", "exec", ns, "sleep", "120"]).spawn().expect("starting the holder");
+        let holder = Holder(child);
+        // The holder is inside once its namespace differs from ours (bounded wait).
+        let me = std::fs::read_link("/proc/self/ns/net").unwrap();
+        let inside = (0..200).any(|_| {
+            let entered = std::fs::read_link(format!("/proc/{}/ns/net", holder.0.id())).is_ok_and(|l| l != me);
+            if !entered {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            entered
+        });
+        assert!(inside, "the holder never entered {ns}");
+        holder
+    }
+
+    /// What the held namespace shows of `ifname`.
+    fn link(&self, ifname: &str) -> bool {
+        let pid = self.0.id().to_string();
+        sh(&["nsenter", "-t", &pid, "-n", "ip", "link", "show", ifname]).status.success()
+    }
+
+    /// Ends the holder: the namespace is destroyed with it.
+    fn release(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_vf_inside_a_held_namespace_is_never_reclaimed() {
+    if !can_run("a_vf_inside_a_held_namespace_is_never_reclaimed") {
+        return;
+    }
+    let mut bed = Bed::new("ohl", 1);
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let conf = conf_dev("1.0.0", &pci, &host_local(&bed));
+    let ns1 = bed.netns();
+    bed.run("ADD", "c1", &ns1, "ohl1", &conf).ok();
+    let holder = Holder::new(&ns1);
+    must(&["ip", "netns", "del", &ns1]);
+
+    let (rc, out) = gc(&bed, &["--json"]);
+    assert_eq!(rc, 0, "nothing to reclaim: {out}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["state"], "held", "{out}");
+    assert_eq!(bed.records().len(), 1, "the record is kept");
+    assert_eq!(leases(&bed).len(), 1, "the pod keeps its lease");
+    assert!(holder.link("ohl1"), "the VF is still in the held namespace");
+
+    let ns2 = bed.netns();
+    let r = bed.run("ADD", "c2", &ns2, "net1", &conf);
+    assert!(!r.ok && r.msg().contains("still in use by container c1"), "{} / {}", r.stdout, r.stderr);
+    assert!(holder.link("ohl1"), "a second pod's ADD left the VF where it is");
+    assert_eq!(leases(&bed).len(), 1);
+
+    // The last holder goes: the kernel hands the VF back, under its pod-side name.
+    holder.release();
+    hand_back(&bed, &pci, &vf, "ohl1");
+    let (rc, out) = gc(&bed, &["--json"]);
+    assert_eq!(rc, 0, "{out}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["state"], "reclaimed", "{out}");
+    assert_eq!(identity(None, &vf), Some(before), "given its name back, MAC, MTU, up state as before ADD");
+    assert!(link(None, "ohl1").is_none());
+    assert!(leases(&bed).is_empty() && bed.records().is_empty());
+}
+
+#[test]
+fn del_keeps_the_record_until_the_vf_comes_back_then_renames_it() {
+    if !can_run("del_keeps_the_record_until_the_vf_comes_back_then_renames_it") {
+        return;
+    }
+    let mut bed = Bed::new("odk", 1);
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let conf = conf_dev("1.0.0", &pci, &host_local(&bed));
+    let ns1 = bed.netns();
+    bed.run("ADD", "c1", &ns1, "net1", &conf).ok();
+    let holder = Holder::new(&ns1);
+    must(&["ip", "netns", "del", &ns1]);
+    // containerd passes an empty CNI_NETNS once the namespace is no longer mounted.
+    let r = bed.run("DEL", "c1", "", "net1", &conf);
+    assert!(!r.ok, "the VF has not come back: DEL must not report it restored");
+    assert!(r.msg().contains("has not come back to the host"), "{}", r.stdout);
+    assert_eq!(bed.records().len(), 1, "the record outlives the failed DEL");
+    assert_eq!(leases(&bed).len(), 1, "nothing undone while the VF may be in use: the lease is kept");
+
+    holder.release();
+    hand_back(&bed, &pci, &vf, "net1");
+    bed.run("DEL", "c1", "", "net1", &conf).ok();
+    assert_eq!(identity(None, &vf), Some(before), "the VF back under its own name");
+    assert!(link(None, "net1").is_none(), "nothing left under the pod-side name");
+    assert!(bed.records().is_empty() && leases(&bed).is_empty());
+}
+
+#[test]
+fn del_finishes_when_the_namespace_path_is_a_plain_file() {
+    if !can_run("del_finishes_when_the_namespace_path_is_a_plain_file") {
+        return;
+    }
+    let mut bed = Bed::new("opl", 1);
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let conf = conf_dev("1.0.0", &pci, "");
+    let ns1 = bed.netns();
+    bed.run("ADD", "c1", &ns1, "net1", &conf).ok();
+    orphan(&bed, &ns1, &pci, &vf, "net1");
+    // What an unmounted namespace leaves: a plain file at its path.
+    std::fs::write(format!("/var/run/netns/{ns1}"), b"").unwrap();
+    for netns in ["", ns1.as_str()] {
+        let r = bed.run("DEL", "c1", netns, "net1", &conf);
+        assert!(r.ok, "DEL with CNI_NETNS={netns:?}: {} / {}", r.stdout, r.stderr);
+    }
+    let _ = std::fs::remove_file(format!("/var/run/netns/{ns1}"));
+    assert_eq!(identity(None, &vf), Some(before));
+    assert!(bed.records().is_empty());
+}
+
+#[test]
+fn an_unreadable_record_skips_its_vf_and_names_the_way_out() {
+    if !can_run("an_unreadable_record_skips_its_vf_and_names_the_way_out") {
+        return;
+    }
+    let mut bed = Bed::new("our", 2);
+    let (pci0, vf0) = bed.vfs[0].clone();
+    let (_, vf1) = bed.vfs[1].clone();
+    std::fs::create_dir_all(&bed.state).unwrap();
+    // What power loss after a rename of unsynced data leaves.
+    let rec0 = bed.state.join(format!("{pci0}.json"));
+    std::fs::write(&rec0, b"").unwrap();
+    let ns = bed.netns();
+    let by_pf = format!(r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","pfName":"{}"}}"#, bed.pf);
+    let r = bed.run("ADD", "c1", &ns, "net1", &by_pf);
+    r.ok();
+    assert!(r.stderr.contains(&format!("skipping VF {pci0}")), "{}", r.stderr);
+    assert!(link(Some(&ns), "net1").is_some() && link(None, &vf1).is_none(), "VF 1 served");
+    assert!(link(None, &vf0).is_some(), "VF 0 untouched");
+
+    let ns2 = bed.netns();
+    let r = bed.run("ADD", "c2", &ns2, "net1", &conf_dev("1.0.0", &pci0, ""));
+    assert!(!r.ok, "deviceID ADD of the VF with the unreadable record must fail");
+    let msg = r.msg();
+    assert!(msg.contains(&rec0.display().to_string()) && msg.contains("move the file aside"), "{msg}");
+    assert!(link(Some(&ns2), "net1").is_none() && link(None, &vf0).is_some(), "nothing changed");
+
+    let (rc, out) = gc(&bed, &["--json"]);
+    assert_eq!(rc, 1, "an unreadable record is reported: {out}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let row = rows.as_array().unwrap().iter().find(|r| r["pci"] == pci0.as_str()).expect("listed");
+    assert_eq!(row["state"], "unreadable");
+    assert_eq!(std::fs::read(&rec0).unwrap(), b"", "gc never touches it");
+    bed.run("DEL", "c1", &ns, "net1", &by_pf).ok();
+    std::fs::remove_file(&rec0).unwrap();
 }

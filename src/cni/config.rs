@@ -335,14 +335,27 @@ impl NetConf {
         })
     }
 
-    /// The addresses in prevResult, for CHECK.
-    pub fn prev_ips(&self) -> CniResult<Vec<IpNet>> {
+    /// The addresses prevResult gives interface `ifname` (by each IP's `interface` index), for CHECK. An IP
+    /// without an index is taken as ours only when prevResult lists no other interface.
+    pub fn prev_ips_of(&self, ifname: &str) -> CniResult<Vec<IpNet>> {
         let Some(prev) = &self.prev_result else {
             return Ok(Vec::new());
         };
+        let names: Vec<Option<&str>> = prev
+            .get("interfaces")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|i| i.get("name").and_then(Value::as_str))
+            .collect();
+        let only_ours = names.iter().all(|n| *n == Some(ifname));
         let mut out = Vec::new();
         for ip in prev.get("ips").and_then(Value::as_array).into_iter().flatten() {
-            if let Some(a) = ip.get("address").and_then(Value::as_str) {
+            let ours = match ip.get("interface").and_then(Value::as_u64) {
+                Some(i) => usize::try_from(i).ok().and_then(|i| names.get(i)).copied().flatten() == Some(ifname),
+                None => only_ours,
+            };
+            if let Some(a) = ip.get("address").and_then(Value::as_str).filter(|_| ours) {
                 out.push(a.parse().map_err(|e: String| CniError::config(format!("prevResult ips: {e}")))?);
             }
         }

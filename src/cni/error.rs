@@ -16,6 +16,8 @@ pub enum Code {
     InvalidConfig = 7,
     TryAgainLater = 11,
     NotAvailable = 50,
+    /// STATUS: not available, and existing attachments may have limited connectivity (spec 1.1.0).
+    LimitedConnectivity = 51,
 }
 
 #[derive(Debug, Clone)]

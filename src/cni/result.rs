@@ -148,6 +148,39 @@ impl AttachResult {
     }
 }
 
+/// A chained plugin's result: the previous result's interfaces, IPs, routes and DNS kept, ours appended (the
+/// spec's MUST for a plugin that gets a `prevResult`). `ours` and `prev` are in the same layout (the spec sends
+/// prevResult in the configuration's version); our IPs' `interface` indexes move past the previous interfaces.
+pub fn chained(ours: Value, prev: &Value) -> Value {
+    let list = |v: &Value, k: &str| v.get(k).and_then(Value::as_array).cloned().unwrap_or_default();
+    let prev_ifaces = list(prev, "interfaces");
+    let shift = prev_ifaces.len() as u64;
+    let mut interfaces = prev_ifaces;
+    interfaces.extend(list(&ours, "interfaces"));
+    let mut ips = list(prev, "ips");
+    ips.extend(list(&ours, "ips").into_iter().map(|mut ip| {
+        if let Some(i) = ip.get("interface").and_then(Value::as_u64) {
+            ip["interface"] = json!(i + shift);
+        }
+        ip
+    }));
+    let mut routes = list(prev, "routes");
+    routes.extend(list(&ours, "routes"));
+    let mut out = ours;
+    let Some(o) = out.as_object_mut() else { return out };
+    o.insert("interfaces".into(), Value::Array(interfaces));
+    o.insert("ips".into(), Value::Array(ips));
+    if !routes.is_empty() {
+        o.insert("routes".into(), Value::Array(routes));
+    }
+    if !o.contains_key("dns") {
+        if let Some(d) = prev.get("dns").filter(|d| d.as_object().is_some_and(|m| !m.is_empty())) {
+            o.insert("dns".into(), d.clone());
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +211,28 @@ mod tests {
         assert!(r.dns.is_some());
         assert_eq!(AttachResult::from_ipam(b"nope").unwrap_err().code, Code::Decode);
         assert_eq!(AttachResult::from_ipam(br#"{"ips":[{"gateway":"1.1.1.1"}]}"#).unwrap_err().code, Code::Decode);
+    }
+
+    #[test]
+    fn a_chained_result_keeps_the_previous_one_and_appends_ours() {
+        let prev = json!({"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],
+            "ips":[{"address":"10.9.9.9/24","interface":0}],"routes":[{"dst":"0.0.0.0/0","gw":"10.9.9.1"}],
+            "dns":{"nameservers":["10.9.9.53"]}});
+        let mut ours = sample();
+        ours.dns = None;
+        let v = chained(ours.to_json(Version::V1_0_0), &prev);
+        let names: Vec<&str> =
+            v["interfaces"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["eth0", "net1"]);
+        let ips: Vec<(&str, u64)> = v["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| (i["address"].as_str().unwrap(), i["interface"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(ips, [("10.9.9.9/24", 0), ("10.1.0.2/24", 1), ("fd00::2/64", 1)]);
+        assert_eq!(v["routes"].as_array().unwrap().len(), 2);
+        assert_eq!(v["dns"]["nameservers"][0], "10.9.9.53");
     }
 
     #[test]

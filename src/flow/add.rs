@@ -8,7 +8,7 @@
 use super::context::{not_usable, Host, Paths, Pod};
 use super::ipam::{self, Target};
 use super::journal::{unwind, Apply, Step};
-use super::orphans::{is_orphan, vf_after_reclaim};
+use super::orphans::{vf_after_reclaim, whereabouts, Whereabouts};
 use super::rdma;
 use super::state::{Attachment, VfLock};
 use crate::cni::config::{NetConf, RdmaPolicy, VfSource};
@@ -26,6 +26,14 @@ fn attached_err(a: &Attachment) -> CniError {
     ))
 }
 
+fn held_err(a: &Attachment) -> CniError {
+    CniError::io(format!(
+        "VF {} is still in use by container {} as {} (network {}): its namespace path {} is gone, but the VF has \
+         not come back to the host (a process still holds the namespace)",
+        a.pci, a.container_id, a.ifname, a.network, a.netns
+    ))
+}
+
 /// Picks and locks the VF: the given address, or the lowest-numbered free VF of `pfName`.
 fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
     match &conf.source {
@@ -33,14 +41,17 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
             Err(CniError::config("no VF given: set deviceID (or runtimeConfig.deviceID, CNI_ARGS deviceID) or pfName"))
         }
         Some(VfSource::Device(pci)) => {
-            let vf = host.sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
+            // Validated before the lock (a bad deviceID leaves nothing behind), read again under it.
+            host.sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
             let lock = host.store.lock(pci)?;
             if let Some(a) = host.store.load(pci)? {
-                if !is_orphan(&a) {
-                    return Err(attached_err(&a));
-                }
-                return Ok((vf_after_reclaim(host, pci, &a)?, lock));
+                return match whereabouts(host, &a)? {
+                    Whereabouts::Orphan => Ok((vf_after_reclaim(host, pci, &a)?, lock)),
+                    Whereabouts::Live => Err(attached_err(&a)),
+                    Whereabouts::Held => Err(held_err(&a)),
+                };
             }
+            let vf = host.sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
             Ok((vf, lock))
         }
         Some(VfSource::Pf(pf)) => {
@@ -50,19 +61,29 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
                 let Some(lock) = host.store.try_lock(pci)? else {
                     continue;
                 };
-                let vf = match host.store.load(pci)? {
+                let found = match host.store.load(pci) {
+                    Ok(found) => found,
+                    Err(e) => {
+                        // One unreadable record must not block the PF: that VF is skipped, the others served.
+                        crate::warn!("pfName {pf}: skipping VF {pci}: {e}");
+                        continue;
+                    }
+                };
+                let vf = match found {
                     None => match host.sysfs.vf(pci) {
                         Ok(vf) => vf,
                         Err(_) => continue,
                     },
-                    Some(a) if is_orphan(&a) => match vf_after_reclaim(host, pci, &a) {
-                        Ok(vf) => vf,
-                        Err(e) => {
-                            crate::warn!("{e}");
-                            continue;
-                        }
+                    Some(a) => match whereabouts(host, &a)? {
+                        Whereabouts::Orphan => match vf_after_reclaim(host, pci, &a) {
+                            Ok(vf) => vf,
+                            Err(e) => {
+                                crate::warn!("{e}");
+                                continue;
+                            }
+                        },
+                        Whereabouts::Live | Whereabouts::Held => continue,
                     },
-                    Some(_) => continue,
                 };
                 let Some(netdev) = &vf.netdev else { continue };
                 if host.route.link_by_name(netdev).ctx(|| format!("looking up {netdev}"))?.is_some() {
@@ -111,6 +132,14 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
             .link_by_name(name)
             .ctx(|| format!("looking up VF {} ({name})", vf.pci))?
             .ok_or_else(|| CniError::io(format!("VF {} netdev {name} is not in the host namespace", vf.pci)))?;
+        // The name was read from sysfs before the lock: the device moved must still be the VF's own.
+        if link.parent.as_deref().is_some_and(|p| p != vf.pci.as_str()) {
+            return Err(CniError::io(format!(
+                "netdev {name} is not VF {}'s (its parent device is {}); the VF's netdev was renamed meanwhile",
+                vf.pci,
+                link.parent.as_deref().unwrap_or_default()
+            )));
+        }
         if pod.route.link_by_name(&env.ifname).ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?.is_some()
         {
             return Err(CniError::io(format!("CNI_IFNAME {} is already taken in {}", env.ifname, env.netns)));
@@ -132,6 +161,7 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
         netdev,
         mtu: conf.mtu,
         complete: false,
+        ipam_allocated: false,
         rdma,
         ipam_config: conf.ipam.as_ref().map(|_| String::from_utf8_lossy(&conf.raw).into_owned()),
         cni_path: env.path.clone(),
@@ -150,7 +180,7 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
     let attached = attach(&mut cx, &plan, move_rdma).and_then(|result| {
         // Not complete until the record says so: a record that cannot be written is a failed ADD.
         cx.rec.complete = true;
-        cx.host.store.save(&cx.rec).map(|_| result).inspect_err(|_| cx.rec.complete = false)
+        cx.host.store.save_durable(&cx.rec).map(|_| result).inspect_err(|_| cx.rec.complete = false)
     });
     match attached {
         Ok(result) => Ok(result),
@@ -163,14 +193,23 @@ fn rollback(mut cx: Apply, e: CniError) -> CniResult<AttachResult> {
     crate::warn!("ADD {}/{} failed, rolling back: {e}", cx.rec.container_id, cx.rec.ifname);
     cx.settle_ipam();
     let allocated = cx.ipam_allocated;
-    let Apply { host, pod, conf, env, rec, .. } = cx;
+    let Apply { host, pod, conf, env, mut rec, .. } = cx;
     let undone = unwind(host, Some(pod), &rec, conf, env, Target::of_env(env), allocated);
     match undone.failures.into_error("rollback incomplete, DEL will retry") {
         None => {
             host.store.remove(&rec.pci)?;
             Err(e)
         }
-        Some(left) => Err(e.with_details(left.msg)),
+        Some(left) => {
+            // The retried DEL must count a failing IPAM DEL: the lease is still held.
+            if allocated {
+                rec.ipam_allocated = true;
+                if let Err(w) = host.store.save(&rec) {
+                    crate::warn!("{w}");
+                }
+            }
+            Err(e.with_details(left.msg))
+        }
     }
 }
 
@@ -233,6 +272,11 @@ fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<
     let (conf, env) = (cx.conf, cx.env);
     let mut result = if ipam { AttachResult::from_ipam(&out)? } else { AttachResult::default() };
     if let Some(l) = &cx.moved {
+        if result.ips.iter().any(|ip| ip.address.addr.is_ipv6()) {
+            // A node that disables IPv6 by default (net.ipv6.conf.default.disable_ipv6=1) gives the moved netdev
+            // no IPv6: a dual-stack result would fail to apply.
+            enable_ipv6(cx.pod, &env.ifname).ctx(|| format!("enabling IPv6 on {} in {}", env.ifname, env.netns))?;
+        }
         for ip in &result.ips {
             cx.pod
                 .route
@@ -245,6 +289,9 @@ fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<
                 .add_route(l.index, r.dst, r.gw, r.priority)
                 .ctx(|| format!("adding route {} to {} in {}", r.dst, env.ifname, env.netns))?;
         }
+    }
+    if let Some(l) = cx.moved.as_ref().filter(|_| result.ips.iter().any(|ip| ip.address.addr.is_ipv6())) {
+        settle_ipv6(cx.pod, l.index, &env.ifname, &env.netns)?;
     }
     if let Some(dev) = cx.rec.rdma.as_ref().map(|r| r.device.name.clone()) {
         let gids = roce_gids(cx.host, cx.pod, conf, env, &dev, &result)?;
@@ -267,6 +314,52 @@ fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<
         result.dns = conf.dns.clone().filter(|d| d.as_object().is_some_and(|o| !o.is_empty()));
     }
     Ok(result)
+}
+
+/// How long ADD waits for IPv6 duplicate address detection (one probe a second by default, after up to a second's
+/// delay) before it reports an address the pod cannot use yet.
+const DAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `net.ipv6.conf.<ifname>.disable_ipv6 = 0` in the pod, written from a thread inside its namespace.
+fn enable_ipv6(pod: &Pod, ifname: &str) -> std::io::Result<()> {
+    let path = format!("/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6");
+    pod.ns.run(|| match std::fs::read_to_string(&path) {
+        Ok(v) if v.trim() == "0" => Ok(()),
+        Ok(_) => std::fs::write(&path, b"0"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(std::io::Error::new(e.kind(), format!("{path} is missing: the kernel has IPv6 off (ipv6.disable=1)")))
+        }
+        Err(e) => Err(e),
+    })
+}
+
+/// Waits (bounded) until no IPv6 address of the interface is tentative, so the pod can use every address the
+/// result reports; one that failed duplicate address detection is an error.
+fn settle_ipv6(pod: &mut Pod, index: u32, ifname: &str, netns: &str) -> CniResult<()> {
+    let ctx = || format!("reading the IPv6 addresses of {ifname} in {netns}");
+    if pod.route.carrier(index).ctx(ctx)? != Some(true) {
+        // Without carrier no probe is sent: detection runs, and ends, once the link comes up.
+        crate::info!("{ifname} in {netns} has no carrier: not waiting for IPv6 duplicate address detection");
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + DAD_WAIT;
+    loop {
+        let (tentative, failed) = pod.route.dad_state(index).ctx(ctx)?;
+        if let Some(a) = failed.first() {
+            return Err(CniError::io(format!("{a} on {ifname} in {netns} failed duplicate address detection")));
+        }
+        if tentative.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(CniError::io(format!(
+                "{} on {ifname} in {netns} still tentative (duplicate address detection) after {}s",
+                tentative.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+                DAD_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// The RoCE v2 GID index of each pod address on the VF's RDMA device, as the pod sees it. A missing GID fails

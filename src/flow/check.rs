@@ -20,17 +20,9 @@ fn mismatch(msg: String) -> CniError {
     CniError::io(msg)
 }
 
-/// Whether the PF shows `s` for this VF.
-fn shows(st: &VfState, s: &VfSetting) -> bool {
-    match s {
-        VfSetting::Mac(m) => st.mac == Some(*m),
-        VfSetting::Vlan { vlan, qos, .. } => st.vlan == *vlan && st.qos == *qos,
-        VfSetting::SpoofChk(b) => st.spoofchk == Some(*b),
-        VfSetting::Trust(b) => st.trust == Some(*b),
-        VfSetting::LinkState(l) => st.link_state == Some(*l),
-        VfSetting::Rate { min, max } => st.min_tx_rate == *min && st.max_tx_rate == *max,
-        VfSetting::Guid { node, port } => st.node_guid == Some(*node) && st.port_guid == Some(*port),
-    }
+/// The first setting ADD made that the PF does not hold now, decided as ADD decides it.
+fn unheld<'a>(plan: &'a [VfSetting], st: &VfState) -> Option<&'a VfSetting> {
+    plan.iter().find(|s| !s.holds_in(st))
 }
 
 pub fn check(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
@@ -48,6 +40,7 @@ pub fn check(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
             .link_by_name(&env.ifname)
             .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
             .ok_or_else(|| mismatch(format!("interface {} is missing from {}", env.ifname, env.netns)))?;
+        // What ADD left: the configured MTU, or the one the netdev had in the pod (a driver's default after a rebind).
         let want_mtu = rec.mtu.unwrap_or(orig.mtu);
         if l.mtu != want_mtu {
             return Err(mismatch(format!("MTU of {} in {} is {}, expected {want_mtu}", env.ifname, env.netns, l.mtu)));
@@ -71,7 +64,7 @@ pub fn check(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
             }
         }
         let have = pod.route.addresses(l.index).ctx(|| format!("listing addresses of {}", env.ifname))?;
-        for want in conf.prev_ips()? {
+        for want in conf.prev_ips_of(&env.ifname)? {
             if !have.contains(&want) {
                 return Err(mismatch(format!("address {want} is missing from {} in {}", env.ifname, env.netns)));
             }
@@ -86,7 +79,7 @@ pub fn check(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
                 .vf_state(&pf, rec.vf_index)
                 .ctx(|| format!("reading the VF table of PF {}", rec.pf))?
                 .unwrap_or_default();
-            if let Some(s) = plan.iter().find(|s| !shows(&st, s)) {
+            if let Some(s) = unheld(&plan, &st) {
                 return Err(mismatch(format!(
                     "PF {} does not show {s} for VF {} (it shows {st:?})",
                     rec.pf, rec.vf_index
@@ -175,6 +168,11 @@ pub fn gc(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         }
         drop(lock);
     }
+    // The spec's GC reaches the IPAM plugin too, with the same valid attachments: leases of attachments this
+    // plugin holds no record of (a record lost, a DEL that never came) are its to release.
+    if let Err(e) = ipam::exec_if_1_1(conf, env, "GC") {
+        errors.push(e.context("IPAM GC".to_string()));
+    }
     // A busy VF keeps its 11.
     errors.into_error("GC").map_or(Ok(()), Err)
 }
@@ -192,6 +190,24 @@ pub fn status(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         if !env.path.iter().any(|d| d.join(&ipam.kind).is_file()) {
             return Err(unavailable(format!("IPAM plugin {} is not on CNI_PATH", ipam.kind)));
         }
+        // Its own STATUS (e.g. no addresses left) is the network's; its error and code are passed on.
+        ipam::exec_if_1_1(conf, env, "STATUS").map_err(|e| e.context(format!("IPAM {} STATUS", ipam.kind)))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::VlanProto;
+
+    #[test]
+    fn check_holds_the_pf_to_what_add_set_including_the_vlan_protocol() {
+        let plan = [VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Ad }, VfSetting::Trust(true)];
+        let fell_back =
+            VfState { vlan: 100, qos: 0, vlan_proto: Some(VlanProto::Dot1Q), trust: Some(true), ..VfState::default() };
+        assert_eq!(unheld(&plan, &fell_back), Some(&plan[0]), "an 802.1ad VLAN that fell back to 802.1Q");
+        let held = VfState { vlan_proto: Some(VlanProto::Dot1Ad), ..fell_back };
+        assert_eq!(unheld(&plan, &held), None);
+    }
 }

@@ -1,7 +1,7 @@
 //! DEL (and the part GC and an orphan's reclaim share with it): the record's journal undone, newest step first
 //! (journal.rs), even when the pod namespace is gone; the record removed only when every step is undone.
 
-use super::context::{Host, Paths, Pod};
+use super::context::{find_host_netdev, Host, Paths, Pod, RETURN_WAIT};
 use super::ipam::{self, Target};
 use super::journal::{unwind, Undone};
 use super::state::{Attachment, Store};
@@ -25,8 +25,8 @@ pub fn del(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     finish(&host.store, &rec, undone)
 }
 
-/// Undoes a record's journal. Only a pod namespace whose path no longer exists is gone (the kernel has handed the
-/// VF back); one that cannot be opened fails before anything is touched.
+/// Undoes a record's journal. A pod namespace whose path no longer exists, or is no namespace file, is gone (the
+/// kernel hands the VF back); one that cannot be opened fails before anything is touched.
 pub fn release(
     host: &mut Host,
     conf: &NetConf,
@@ -37,7 +37,11 @@ pub fn release(
 ) -> CniResult<Undone> {
     let mut pod = match Pod::open(netns) {
         Ok(p) => Some(p),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !netns.is_empty() => {
+        // A path that is no namespace (a plain file left where one was mounted) is never a live pod.
+        Err(e)
+            if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput)
+                && !netns.is_empty() =>
+        {
             crate::info!(
                 "DEL {}/{}: pod namespace {netns} is gone ({e}); restoring from the host",
                 rec.container_id,
@@ -55,8 +59,33 @@ pub fn release(
             ))
         }
     };
+    if pod.is_none() {
+        came_back(host, rec, netns)?;
+    }
     // An ADD that never finished may never have had an address: its failed IPAM DEL does not hold the VF.
-    Ok(unwind(host, pod.as_mut(), rec, conf, env, target, rec.complete))
+    Ok(unwind(host, pod.as_mut(), rec, conf, env, target, rec.complete || rec.ipam_allocated))
+}
+
+/// From a namespace whose path is gone the kernel hands a kernel-driver VF back only once the namespace is
+/// destroyed: until its netdev is on the host (waited for a bounded time) the VF may still be in use, so nothing
+/// is undone (no PF setting under a pod still sending, no lease released) and the record is kept for a later DEL
+/// or `sriov-rdma gc`.
+fn came_back(host: &mut Host, rec: &Attachment, netns: &str) -> CniResult<()> {
+    let Some(orig) = &rec.netdev else { return Ok(()) };
+    if !host.sysfs.pci_dir(&rec.pci).exists() {
+        return Ok(());
+    }
+    if find_host_netdev(host, rec, &orig.name, RETURN_WAIT)?.is_some() {
+        return Ok(());
+    }
+    Err(CniError::io(format!(
+        "VF {} ({}) has not come back to the host from {} within {}s (a process may still hold the namespace); \
+         nothing changed, the record is kept: a later DEL or `sriov-rdma gc` restores it once it is back",
+        rec.pci,
+        orig.name,
+        netns,
+        RETURN_WAIT.as_secs()
+    )))
 }
 
 /// Removes the record when every step was undone; otherwise keeps it for a retry and reports every failure

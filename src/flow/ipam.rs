@@ -88,12 +88,31 @@ impl Pending<'_> {
     }
 }
 
-/// The configuration with `cniVersion` set to the newest version the plugin and this plugin both speak.
-fn downgraded(plugin: &Path, kind: &str, raw: &[u8], target: &Target) -> Option<Vec<u8>> {
+/// The versions the plugin says it speaks (VERSION).
+fn versions_of(plugin: &Path, kind: &str, target: &Target) -> Option<Vec<String>> {
     let out = exec_raw(plugin, kind, br#"{"cniVersion":"0.4.0"}"#, "VERSION", target).ok()?;
     let v: serde_json::Value = serde_json::from_slice(&out).ok()?;
-    let theirs: Vec<&str> = v.get("supportedVersions")?.as_array()?.iter().filter_map(|s| s.as_str()).collect();
-    let best = SUPPORTED_VERSIONS.iter().rev().find(|s| theirs.contains(s))?;
+    Some(v.get("supportedVersions")?.as_array()?.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+}
+
+/// Runs GC or STATUS (spec 1.1.0) on the IPAM plugin, when it speaks 1.1.0; one that does not has neither
+/// command, and is not asked. `Ok(false)` when it was not asked.
+pub fn exec_if_1_1(conf: &NetConf, env: &CniEnv, command: &str) -> CniResult<bool> {
+    let Some(ipam) = &conf.ipam else { return Ok(false) };
+    let plugin = find(env, &ipam.kind)?;
+    let target = Target::of_env(env);
+    if !versions_of(&plugin, &ipam.kind, &target).is_some_and(|v| v.iter().any(|v| v == "1.1.0")) {
+        crate::debug!("IPAM {} does not speak cniVersion 1.1.0: no {command} for it", ipam.kind);
+        return Ok(false);
+    }
+    exec_raw(&plugin, &ipam.kind, &conf.raw, command, &target)?;
+    Ok(true)
+}
+
+/// The configuration with `cniVersion` set to the newest version the plugin and this plugin both speak.
+fn downgraded(plugin: &Path, kind: &str, raw: &[u8], target: &Target) -> Option<Vec<u8>> {
+    let theirs = versions_of(plugin, kind, target)?;
+    let best = SUPPORTED_VERSIONS.iter().rev().find(|s| theirs.iter().any(|t| t == *s))?;
     let mut conf: serde_json::Value = serde_json::from_slice(raw).ok()?;
     let obj = conf.as_object_mut()?;
     obj.insert("cniVersion".into(), serde_json::Value::from(*best));
@@ -177,6 +196,8 @@ fn finish(child: Child, kind: &str, command: &str) -> CniResult<Vec<u8>> {
         6 => Code::Decode,
         7 => Code::InvalidConfig,
         11 => Code::TryAgainLater,
+        50 => Code::NotAvailable,
+        51 => Code::LimitedConnectivity,
         _ => Code::Io,
     };
     Err(CniError::new(code, format!("IPAM plugin {kind} {command}: {msg}")))

@@ -360,7 +360,10 @@ impl<'a> Apply<'a> {
             .route
             .set_link(l.index, attrs, Some(true))
             .ctx(|| format!("setting the MTU and bringing up {} in {}", env.ifname, env.netns))?;
-        self.moved = Some(Link { mtu: self.conf.mtu.unwrap_or(l.mtu), ..l });
+        let mtu = self.conf.mtu.unwrap_or(l.mtu);
+        // CHECK compares with what ADD left, which after a driver rebind is the driver's default.
+        self.rec.mtu = Some(mtu);
+        self.moved = Some(Link { mtu, ..l });
         Ok(())
     }
 }
@@ -391,6 +394,8 @@ pub struct Unwind<'a> {
     host_name: Option<String>,
     /// Whether the wait for a netdev from a destroyed namespace has been spent.
     waited: bool,
+    /// Whether "the netdev has not come back" is among the failures already.
+    missing_said: bool,
     failures: Failures,
 }
 
@@ -419,6 +424,7 @@ pub fn unwind<'a>(
         pf_now: None,
         host_name: rec.netdev.as_ref().map(|n| n.name.clone()),
         waited: false,
+        missing_said: false,
         failures: Failures::default(),
     };
     let alongside = ipam::can_overlap(conf);
@@ -507,12 +513,22 @@ impl Unwind<'_> {
                 Ok(name) => self.host_name = Some(name),
                 Err(e) => self.fail(e),
             },
-            None => crate::warn!(
-                "VF {} ({}): its netdev is neither in {} nor on the host; nothing left to restore",
+            None if !self.host.sysfs.pci_dir(&self.rec.pci).exists() => crate::warn!(
+                "VF {} ({}) is gone from sysfs (its VFs disabled?); nothing left to restore",
                 self.rec.pci,
-                orig.name,
-                self.rec.netns
+                orig.name
             ),
+            // Still inside a namespace something holds, or not yet handed back: the record must outlive this DEL,
+            // or the VF comes back later under its pod name with nobody to restore it.
+            None if !self.missing_said => {
+                self.missing_said = true;
+                self.fail(CniError::io(format!(
+                    "VF {} ({}) has not come back to the host from {} (a process may still hold the namespace); \
+                     a later DEL or `sriov-rdma gc` restores it once it is back",
+                    self.rec.pci, orig.name, self.rec.netns
+                )));
+            }
+            None => {}
         }
     }
 

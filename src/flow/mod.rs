@@ -62,8 +62,12 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     match env.command {
         Command::Add => {
             admit::add(&paths, &conf, &env)?;
-            let r = add::add(&paths, &conf, &env)?;
-            Ok(Some(r.to_json(conf.version).to_string()))
+            let r = add::add(&paths, &conf, &env)?.to_json(conf.version);
+            let r = match &conf.prev_result {
+                Some(prev) => crate::cni::result::chained(r, prev),
+                None => r,
+            };
+            Ok(Some(r.to_string()))
         }
         Command::Del => del::del(&paths, &conf, &env).map(|_| None),
         Command::Check => {

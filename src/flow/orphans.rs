@@ -1,8 +1,8 @@
-//! Orphans: attachments whose pod namespace is gone without a DEL (node crash, runtime bug, `ip netns del`). The
-//! next ADD that wants such a VF reclaims it, and `sriov-rdma gc` does it with no runtime involved (Multus never
+//! Orphans: attachments whose VF is back on the host without a DEL (node crash, runtime bug, `ip netns del` of the
+//! last holder). The next ADD that wants such a VF reclaims it, and `sriov-rdma gc` does it with no runtime involved (Multus never
 //! forwards GC to a secondary plugin; containerd never calls it).
 
-use super::context::{not_usable, Host, Paths};
+use super::context::{find_host_netdev, not_usable, Host, Paths};
 use super::del::{finish, release};
 use super::ipam::Target;
 use super::state::Attachment;
@@ -10,14 +10,50 @@ use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::CniResult;
 use crate::cni::types::PciAddr;
+use crate::kernel::netns::Netns;
 use crate::kernel::sysfs::Vf;
 use serde::Serialize;
+use std::time::Duration;
 
-/// A record whose pod namespace path no longer exists: the kernel has handed the VF back and no DEL came (node
-/// crash, runtime bug, `ip netns del`). A path that exists but cannot be opened never makes an orphan.
-pub fn is_orphan(rec: &Attachment) -> bool {
-    !rec.netns.is_empty()
-        && matches!(std::fs::symlink_metadata(&rec.netns), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+/// Where an attachment's VF is, as the host sees it: what makes its record an orphan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whereabouts {
+    /// In a pod: its netdev is not on the host, and the pod namespace's path is there.
+    Live,
+    /// Its namespace's path is gone but the VF has not come back: a process still holds the namespace (or the
+    /// kernel has not yet handed the VF back). Still in use: never reclaimed.
+    Held,
+    /// Back on the host (a kernel-driver VF whose netdev the host sees under the VF's PCI device, or a VF gone from
+    /// sysfs altogether), or a userspace-driver VF whose namespace is gone: the record is an orphan.
+    Orphan,
+}
+
+/// Whether a pod namespace path names no live namespace: missing, or anything but an nsfs file (a regular file
+/// left where a namespace was mounted, a directory). One that exists but cannot be opened is not "gone".
+pub fn netns_gone(path: &str) -> bool {
+    if path.is_empty() {
+        return false;
+    }
+    match Netns::open(path) {
+        Ok(_) => false,
+        Err(e) => matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput),
+    }
+}
+
+/// Where the record's VF is. A path that went away proves nothing while the VF is still inside a namespace
+/// someone holds: only a VF back on the host makes an orphan.
+pub fn whereabouts(host: &mut Host, rec: &Attachment) -> CniResult<Whereabouts> {
+    let gone = netns_gone(&rec.netns);
+    let Some(orig) = &rec.netdev else {
+        return Ok(if gone { Whereabouts::Orphan } else { Whereabouts::Live });
+    };
+    if !host.sysfs.pci_dir(&rec.pci).exists() {
+        return Ok(Whereabouts::Orphan);
+    }
+    if find_host_netdev(host, rec, &orig.name, Duration::ZERO)?.is_some() {
+        return Ok(Whereabouts::Orphan);
+    }
+    Ok(if gone { Whereabouts::Held } else { Whereabouts::Live })
 }
 
 /// The VF as sysfs shows it after a reclaim, with the netdev name the reclaim left it under.
@@ -34,7 +70,7 @@ pub(super) fn vf_after_reclaim(host: &mut Host, pci: &PciAddr, a: &Attachment) -
 /// with (for IPAM DEL). The caller holds the VF's lock. Returns the VF netdev's host name.
 pub fn reclaim(host: &mut Host, rec: &Attachment) -> CniResult<Option<String>> {
     crate::warn!(
-        "VF {}: reclaiming it from {}/{} (network {}), whose namespace {} is gone without a DEL",
+        "VF {}: reclaiming it from {}/{} (network {}): it is back on the host without a DEL (namespace {})",
         rec.pci,
         rec.container_id,
         rec.ifname,
@@ -63,13 +99,17 @@ pub fn reclaim(host: &mut Host, rec: &Attachment) -> CniResult<Option<String>> {
 #[derive(Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
-    /// The pod namespace exists: left alone.
+    /// In its pod: left alone.
     Live,
+    /// Its namespace path is gone but the VF is still inside a namespace something holds: left alone.
+    Held,
     /// Orphaned, and left as it is (`--dry-run`).
     Orphan,
     Reclaimed,
     /// Orphaned, and reclaiming it failed; the record is kept.
     Failed,
+    /// The record cannot be read: listed, never touched.
+    Unreadable,
 }
 
 #[derive(Debug, Serialize)]
@@ -87,8 +127,19 @@ pub struct Row {
 /// Every record with what became of it. Each VF is locked while it is looked at, as ADD and DEL lock it.
 pub fn run(paths: &Paths, dry_run: bool) -> CniResult<Vec<Row>> {
     let store = paths.store()?;
-    let mut host: Option<Host> = None;
+    let mut host = Host::open(paths)?;
     let mut rows = Vec::new();
+    for bad in store.unreadable() {
+        rows.push(Row {
+            pci: bad.pci.to_string(),
+            network: String::new(),
+            container_id: String::new(),
+            ifname: String::new(),
+            netns: String::new(),
+            state: State::Unreadable,
+            error: Some(bad.to_string()),
+        });
+    }
     for rec in store.all()? {
         let _lock = store.lock(&rec.pci)?;
         let Some(rec) = store.load(&rec.pci)? else { continue };
@@ -101,21 +152,17 @@ pub fn run(paths: &Paths, dry_run: bool) -> CniResult<Vec<Row>> {
             state: State::Live,
             error: None,
         };
-        if is_orphan(&rec) {
-            row.state = State::Orphan;
-            if !dry_run {
-                let h = match host.as_mut() {
-                    Some(h) => h,
-                    None => host.insert(Host::open(paths)?),
-                };
-                match reclaim(h, &rec) {
-                    Ok(_) => row.state = State::Reclaimed,
-                    Err(e) => {
-                        row.state = State::Failed;
-                        row.error = Some(e.to_string());
-                    }
+        match whereabouts(&mut host, &rec)? {
+            Whereabouts::Live => {}
+            Whereabouts::Held => row.state = State::Held,
+            Whereabouts::Orphan if dry_run => row.state = State::Orphan,
+            Whereabouts::Orphan => match reclaim(&mut host, &rec) {
+                Ok(_) => row.state = State::Reclaimed,
+                Err(e) => {
+                    row.state = State::Failed;
+                    row.error = Some(e.to_string());
                 }
-            }
+            },
         }
         rows.push(row);
     }
@@ -131,7 +178,11 @@ fn render(rows: &[Row]) -> String {
     for r in rows {
         let state = match r.state {
             State::Live => "live",
-            State::Orphan => "orphan (its namespace is gone; run without --dry-run to reclaim)",
+            State::Held => {
+                "in use: its namespace path is gone, but the VF has not come back (a process holds the namespace)"
+            }
+            State::Orphan => "orphan (the VF is back on the host; run without --dry-run to reclaim)",
+            State::Unreadable => "record unreadable: check the VF, then move the file aside",
             State::Reclaimed => "orphan, reclaimed: the VF is back on the host",
             State::Failed => "orphan, reclaim failed",
         };
@@ -172,5 +223,5 @@ pub fn main(args: &[String]) -> i32 {
     } else {
         print!("{}", render(&rows));
     }
-    i32::from(rows.iter().any(|r| matches!(r.state, State::Orphan | State::Failed)))
+    i32::from(rows.iter().any(|r| matches!(r.state, State::Orphan | State::Failed | State::Unreadable)))
 }

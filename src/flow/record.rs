@@ -42,6 +42,8 @@ struct V2 {
     netdev: Option<Netdev>,
     mtu: Option<u32>,
     complete: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    ipam_allocated: bool,
     rdma: Option<Rdma>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ipam_config: Option<String>,
@@ -389,6 +391,7 @@ pub fn encode(a: &Attachment) -> serde_json::Result<Vec<u8>> {
         netdev: a.netdev.as_ref().map(Netdev::of),
         mtu: a.mtu,
         complete: a.complete,
+        ipam_allocated: a.ipam_allocated,
         rdma: a.rdma.as_ref().map(|r| Rdma {
             device: DeviceV { name: r.device.name.clone(), index: r.device.index },
             moved: r.moved,
@@ -437,6 +440,7 @@ impl V2 {
             netdev: self.netdev.map(Netdev::read).transpose()?,
             mtu: self.mtu,
             complete: self.complete,
+            ipam_allocated: self.ipam_allocated,
             rdma: self.rdma.map(Rdma::read).transpose()?,
             ipam_config: self.ipam_config,
             cni_path: self.cni_path.into_iter().map(PathBuf::from).collect(),
@@ -498,6 +502,7 @@ impl V1 {
             netdev,
             mtu: self.mtu,
             complete: self.complete,
+            ipam_allocated: false,
             rdma,
             ipam_config: self.ipam_config,
             cni_path: self.cni_path.into_iter().map(PathBuf::from).collect(),
@@ -543,6 +548,7 @@ pub(crate) fn sample() -> Attachment {
         }),
         mtu: Some(9000),
         complete: true,
+        ipam_allocated: false,
         rdma: Some(RdmaRecord {
             device: Found { name: "mlx5_3".into(), index: Some(4) },
             moved: true,

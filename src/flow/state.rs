@@ -37,10 +37,14 @@ pub struct Attachment {
     /// The netdev as it was in the host before ADD; `None` for a VF bound to a userspace driver. A rebind during
     /// ADD (mlx5 GUID, igb admin MAC) gives it a new ifindex, which is kept here.
     pub netdev: Option<Link>,
-    /// The MTU ADD set in the pod, if any.
+    /// The MTU ADD left on the pod's interface (the configured one, or what the netdev had there); older records
+    /// hold only a configured one.
     pub mtu: Option<u32>,
     /// True once ADD has finished; a record left `false` is the trace of an interrupted ADD.
     pub complete: bool,
+    /// Set by a rolled-back ADD whose IPAM ADD allocated and whose IPAM DEL failed: a later DEL must not drop the
+    /// record until IPAM DEL succeeds, although the ADD never completed.
+    pub ipam_allocated: bool,
     /// The VF's RDMA device, when it has one and `rdma` is not "off": where it is, the GIDs ADD reported.
     pub rdma: Option<crate::flow::rdma::RdmaRecord>,
     /// The network configuration ADD ran with, when it has IPAM: what an orphan's reclaim hands IPAM DEL.
@@ -63,6 +67,28 @@ impl Attachment {
             Step::AdminMac(m) => Some(*m),
             _ => None,
         })
+    }
+}
+
+/// A record file that cannot be read (truncated by a power loss, hand-edited): its VF is neither free nor
+/// restorable from it, so it is named with the way out and never guessed at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unreadable {
+    pub pci: PciAddr,
+    pub path: PathBuf,
+    pub error: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = self.path.display();
+        write!(
+            f,
+            "the attachment record {p} of VF {} cannot be read ({}): the VF cannot be restored from it nor handed \
+             out; check the VF (its row in `ip link show` of its PF, whether its netdev is on the host), then move \
+             the file aside (`mv {p} {p}.bad`)",
+            self.pci, self.error
+        )
     }
 }
 
@@ -276,24 +302,48 @@ impl Store {
     }
 
     pub fn load(&self, pci: &PciAddr) -> CniResult<Option<Attachment>> {
+        self.read(pci).map_err(|bad| CniError::io(bad.to_string()))
+    }
+
+    fn read(&self, pci: &PciAddr) -> Result<Option<Attachment>, Unreadable> {
         let p = self.path(pci);
-        let Some(mut f) = open_regular(&p, OpenOptions::new().read(true), "the attachment record")? else {
+        let bad = |error: String| Unreadable { pci: pci.clone(), path: p.clone(), error };
+        let Some(mut f) =
+            open_regular(&p, OpenOptions::new().read(true), "the attachment record").map_err(|e| bad(e.msg))?
+        else {
             return Ok(None);
         };
         let mut b = Vec::new();
-        f.read_to_end(&mut b).ctx(|| format!("reading the attachment record {}", p.display()))?;
-        decode(&b).map(Some).map_err(|e| CniError::io(format!("reading the attachment record {}: {e}", p.display())))
+        f.read_to_end(&mut b).map_err(|e| bad(e.to_string()))?;
+        decode(&b).map(Some).map_err(bad)
     }
 
     /// Writes the record atomically: a temp file, then rename.
     pub fn save(&self, a: &Attachment) -> CniResult<()> {
+        self.write(a, false)
+    }
+
+    /// As [`Store::save`], with the file and the directory on disk before it returns: what a finished ADD reports
+    /// success on (power lost after a rename of unsynced data leaves a zero-length record).
+    pub fn save_durable(&self, a: &Attachment) -> CniResult<()> {
+        self.write(a, true)
+    }
+
+    fn write(&self, a: &Attachment, durable: bool) -> CniResult<()> {
         let p = self.path(&a.pci);
         let tmp = self.dir.join(format!(".{}.json.{}", a.pci, std::process::id()));
         let body = encode(a).map_err(|e| CniError::io(format!("encoding the record: {e}")))?;
         let write = || -> std::io::Result<()> {
             let mut f = self.create_private(&tmp)?;
             f.write_all(&body)?;
-            fs::rename(&tmp, &p)
+            if durable {
+                f.sync_all()?;
+            }
+            fs::rename(&tmp, &p)?;
+            if durable {
+                File::open(&self.dir)?.sync_all()?;
+            }
+            Ok(())
         };
         write().ctx(|| format!("writing the attachment record {}", p.display()))
     }
@@ -307,9 +357,9 @@ impl Store {
         }
     }
 
-    /// Every record; a file that cannot be read is skipped with a warning, never fatal.
-    pub fn all(&self) -> CniResult<Vec<Attachment>> {
-        let mut out = Vec::new();
+    /// Every record and every record file that cannot be read.
+    fn scan(&self) -> CniResult<(Vec<Attachment>, Vec<Unreadable>)> {
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
         for e in fs::read_dir(&self.dir).ctx(|| format!("listing {}", self.dir.display()))? {
             let Ok(e) = e else { continue };
             let name = e.file_name();
@@ -317,13 +367,27 @@ impl Store {
             else {
                 continue;
             };
-            match self.load(&pci) {
-                Ok(Some(a)) => out.push(a),
+            match self.read(&pci) {
+                Ok(Some(a)) => good.push(a),
                 Ok(None) => {}
-                Err(e) => crate::warn!("{e}"),
+                Err(u) => bad.push(u),
             }
         }
-        Ok(out)
+        Ok((good, bad))
+    }
+
+    /// Every record; a file that cannot be read is skipped with a warning, never fatal.
+    pub fn all(&self) -> CniResult<Vec<Attachment>> {
+        let (good, bad) = self.scan()?;
+        for u in bad {
+            crate::warn!("{u}");
+        }
+        Ok(good)
+    }
+
+    /// The record files that cannot be read (`gc` and `doctor` list them).
+    pub fn unreadable(&self) -> Vec<Unreadable> {
+        self.scan().map(|(_, bad)| bad).unwrap_or_default()
     }
 
     /// The record of one attachment, by the key the runtime uses.

@@ -2,7 +2,7 @@
 
 use super::netlink::{errno, Kind, Route, Socket};
 use crate::model::{IpNet, Mac};
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkExtentMask, LinkFlags, LinkMessage, Prop, VfInfo};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -111,6 +111,12 @@ impl Socket<Route> {
         Ok(self.get_link(link_msg(index), vec![LinkExtentMask::SkipStats])?.as_ref().map(Link::from_msg))
     }
 
+    /// Whether the link has carrier (IFLA_CARRIER); `None` when it is gone.
+    pub fn carrier(&mut self, index: u32) -> io::Result<Option<bool>> {
+        let msg = self.get_link(link_msg(index), vec![LinkExtentMask::SkipStats])?;
+        Ok(msg.map(|m| m.attributes.iter().any(|a| matches!(a, LinkAttribute::Carrier(1)))))
+    }
+
     /// Every link of the socket's namespace.
     pub fn links(&mut self) -> io::Result<Vec<Link>> {
         let mut m = link_msg(0);
@@ -175,6 +181,33 @@ impl Socket<Route> {
             }
         }
         Ok(out)
+    }
+
+    /// The IPv6 addresses of a link still in duplicate address detection, and those that failed it.
+    pub fn dad_state(&mut self, index: u32) -> io::Result<(Vec<IpNet>, Vec<IpNet>)> {
+        let (mut tentative, mut failed) = (Vec::new(), Vec::new());
+        for r in self.request(Rt::GetAddress(AddressMessage::default()), Kind::Dump)? {
+            let Rt::NewAddress(a) = r else { continue };
+            if a.header.index != index || a.header.family != AddressFamily::Inet6 {
+                continue;
+            }
+            let mut flags = AddressFlags::from_bits_retain(u32::from(a.header.flags.bits()));
+            let mut addr = None;
+            for attr in &a.attributes {
+                match attr {
+                    AddressAttribute::Flags(f) => flags |= *f,
+                    AddressAttribute::Address(ip) => addr = Some(IpNet { addr: *ip, prefix: a.header.prefix_len }),
+                    _ => {}
+                }
+            }
+            let Some(addr) = addr else { continue };
+            if flags.contains(AddressFlags::Dadfailed) {
+                failed.push(addr);
+            } else if flags.contains(AddressFlags::Tentative) {
+                tentative.push(addr);
+            }
+        }
+        Ok((tentative, failed))
     }
 
     pub fn add_route(&mut self, index: u32, dst: IpNet, gw: Option<IpAddr>, priority: Option<u32>) -> io::Result<()> {

@@ -503,3 +503,16 @@ impl Drop for Scratch {
         let _ = fs::remove_dir_all(&self.0);
     }
 }
+
+/// Writes a stand-in IPAM plugin `name` into `dir`/bin (for what no real IPAM plugin can be made to do on cue):
+/// a shell script that reads its configuration and answers per CNI_COMMAND with `cases` (sh `case` arms).
+/// Returns the bin directory, for CNI_PATH.
+pub fn stand_in_ipam(dir: &Path, name: &str, cases: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    let plugin = bin.join(name);
+    fs::write(&plugin, format!("#!/bin/sh\ncat >/dev/null\ncase \"$CNI_COMMAND\" in\n{cases}\nesac\n")).unwrap();
+    fs::set_permissions(&plugin, fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
