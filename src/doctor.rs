@@ -170,6 +170,15 @@ pub fn report(netns: Option<&str>) -> Report {
             Vec::new()
         }
     };
+    match crate::policy::Policy::load(&paths.policy) {
+        Ok(None) => warnings.push(format!(
+            "no node policy at {}: any NetworkAttachmentDefinition may use any VF of this node, on any VLAN \
+             (docs/security.md)",
+            paths.policy.display()
+        )),
+        Ok(Some(_)) => {}
+        Err(e) => blockers.push(format!("{e}: every ADD is refused until it is fixed")),
+    }
     let pfs = if netns.is_none() { pf_reports(&sysfs, &records, &mut warnings) } else { Vec::new() };
     if netns.is_none() {
         if pfs.is_empty() {

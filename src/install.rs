@@ -1,4 +1,5 @@
-//! `sriov-rdma install`: puts the running binary (and optionally a CNI network config) onto a node.
+//! `sriov-rdma install`: puts the running binary (and optionally a CNI network config and the node policy) onto a
+//! node.
 //!
 //! Meant as the entrypoint of the installer image, run by a DaemonSet with the host's CNI bin dir mounted at
 //! `/host/opt/cni/bin`. Every file is replaced atomically: a temp file in the same directory (`O_EXCL`), written
@@ -26,14 +27,20 @@ pub const BIN_DIR: &str = "/opt/cni/bin";
 /// CNI conf dir default, the same way.
 pub const HOST_CONF_DIR: &str = "/host/etc/cni/net.d";
 pub const CONF_DIR: &str = "/etc/cni/net.d";
+/// Node policy dir default, the same way; the file is always named `policy.json` there.
+pub const HOST_POLICY_DIR: &str = "/host/etc/sriov-rdma";
 /// Temp files of an interrupted install older than this are removed by the next one.
 const STALE: Duration = Duration::from_secs(600);
 
 const USAGE: &str = concat!(
-    "usage: sriov-rdma install [--cni-bin-dir DIR] [--conflist FILE [--cni-conf-dir DIR]] [--sleep]\n",
+    "usage: sriov-rdma install [--cni-bin-dir DIR] [--conflist FILE [--cni-conf-dir DIR]]\n",
+    "                          [--policy FILE [--policy-dir DIR]] [--sleep]\n",
     "  --cni-bin-dir DIR    where the plugin goes (default /host/opt/cni/bin if it exists, else /opt/cni/bin)\n",
     "  --conflist FILE      also install this network config (checked by the plugin's own parser)\n",
     "  --cni-conf-dir DIR   where the config goes (default /host/etc/cni/net.d if it exists, else /etc/cni/net.d)\n",
+    "  --policy FILE        also install this node policy as policy.json (checked by the plugin's own parser;\n",
+    "                       a FILE that does not exist installs nothing)\n",
+    "  --policy-dir DIR     where it goes (default /host/etc/sriov-rdma if it exists, else /etc/sriov-rdma)\n",
     "  --sleep              after installing, stay up until SIGTERM (the DaemonSet's main container)\n",
 );
 
@@ -66,6 +73,8 @@ pub struct Options {
     pub bin_dir: PathBuf,
     pub conflist: Option<PathBuf>,
     pub conf_dir: PathBuf,
+    pub policy: Option<PathBuf>,
+    pub policy_dir: PathBuf,
     pub sleep: bool,
 }
 
@@ -82,6 +91,8 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, Error> {
     let mut bin_dir = None;
     let mut conflist = None;
     let mut conf_dir = None;
+    let mut policy = None;
+    let mut policy_dir = None;
     let mut sleep = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -101,6 +112,8 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, Error> {
             "--cni-bin-dir" => value(&mut bin_dir)?,
             "--conflist" => value(&mut conflist)?,
             "--cni-conf-dir" => value(&mut conf_dir)?,
+            "--policy" => value(&mut policy)?,
+            "--policy-dir" => value(&mut policy_dir)?,
             "--sleep" if inline.is_some() => return Err(Error("--sleep takes no value".into())),
             "--sleep" => sleep = true,
             "--help" | "-h" => return Ok(None),
@@ -110,10 +123,15 @@ pub fn parse_args(args: &[String]) -> Result<Option<Options>, Error> {
     if conf_dir.is_some() && conflist.is_none() {
         return Err(Error("--cni-conf-dir without --conflist: there is no config to install".into()));
     }
+    if policy_dir.is_some() && policy.is_none() {
+        return Err(Error("--policy-dir without --policy: there is no policy to install".into()));
+    }
     Ok(Some(Options {
         bin_dir: bin_dir.unwrap_or_else(|| default_dir(HOST_BIN_DIR, BIN_DIR)),
         conflist,
         conf_dir: conf_dir.unwrap_or_else(|| default_dir(HOST_CONF_DIR, CONF_DIR)),
+        policy,
+        policy_dir: policy_dir.unwrap_or_else(|| default_dir(HOST_POLICY_DIR, crate::policy::DIR)),
         sleep,
     }))
 }
@@ -340,12 +358,32 @@ pub fn install(o: &Options, exe: &Path) -> Result<(), Error> {
         };
         check_netconf(&raw).map_err(|e| Error(format!("the network config {}: {e}", src.display())))?;
         is_dir(&o.conf_dir, "the CNI conf dir")?;
-        let target = o.conf_dir.join(&name);
-        match put_atomic(&o.conf_dir, &name, &raw, 0o644) {
-            Ok(Outcome::Written) => say(format_args!("installed {}", target.display())),
-            Ok(Outcome::Unchanged) => say(format_args!("{} is already this config: left as is", target.display())),
-            Err(e) => return Err(Error(format!("installing {}: {e}", target.display()))),
-        }
+        put_file(&o.conf_dir, &name, &raw, "config")?;
+    }
+    if let Some(src) = &o.policy {
+        let raw = match fs::read(src) {
+            // The DaemonSet mounts the policy's ConfigMap as optional: without it the node's own stays as it is.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                say(format_args!("no node policy at {}: the node's policy, if any, left as it is", src.display()));
+                return Ok(());
+            }
+            r => ctx(r, || format!("reading the node policy {}", src.display()))?,
+        };
+        // Checked as the plugin will read it: a malformed policy would refuse every ADD on the node.
+        crate::policy::Policy::parse(src, &raw).map_err(|e| Error(e.msg))?;
+        is_dir(&o.policy_dir, "the node policy dir")?;
+        put_file(&o.policy_dir, crate::policy::FILE_NAME, &raw, "policy")?;
+    }
+    Ok(())
+}
+
+/// Installs a file readable by all (mode 0644) and says what happened.
+fn put_file(dir: &Path, name: &str, raw: &[u8], what: &str) -> Result<(), Error> {
+    let target = dir.join(name);
+    match put_atomic(dir, name, raw, 0o644) {
+        Ok(Outcome::Written) => say(format_args!("installed {}", target.display())),
+        Ok(Outcome::Unchanged) => say(format_args!("{} is already this {what}: left as is", target.display())),
+        Err(e) => return Err(Error(format!("installing {}: {e}", target.display()))),
     }
     Ok(())
 }
@@ -554,6 +592,8 @@ mod tests {
                 bin_dir: "/b".into(),
                 conflist: Some("/c/10-x.conflist".into()),
                 conf_dir: "/n".into(),
+                policy: None,
+                policy_dir: default_dir(HOST_POLICY_DIR, crate::policy::DIR),
                 sleep: true
             }
         );
@@ -566,6 +606,9 @@ mod tests {
         assert_eq!(a(&["--sleep=1"]).unwrap_err().0, "--sleep takes no value");
         assert_eq!(a(&["/opt/cni/bin"]).unwrap_err().0, "unknown argument \"/opt/cni/bin\"");
         assert!(a(&["--cni-conf-dir", "/n"]).unwrap_err().0.contains("without --conflist"));
+        let o = a(&["--policy", "/c/policy.json", "--policy-dir=/p"]).unwrap().unwrap();
+        assert_eq!((o.policy, o.policy_dir), (Some("/c/policy.json".into()), "/p".into()));
+        assert!(a(&["--policy-dir", "/p"]).unwrap_err().0.contains("without --policy"));
     }
 
     #[test]
@@ -600,12 +643,25 @@ mod tests {
         let (bin, net) = (d.0.join("bin"), d.0.join("net.d"));
         fs::create_dir(&bin).unwrap();
         fs::create_dir(&net).unwrap();
-        let o = Options { bin_dir: bin.clone(), conflist: Some(conf.clone()), conf_dir: net.clone(), sleep: false };
+        let policy = src.join("policy.json");
+        fs::write(&policy, r#"{"pfs":["ens1f0"],"namespaces":{"a":{"vlans":["100-199"]}}}"#).unwrap();
+        let pol = d.0.join("etc-sriov-rdma");
+        fs::create_dir(&pol).unwrap();
+        let o = Options {
+            bin_dir: bin.clone(),
+            conflist: Some(conf.clone()),
+            conf_dir: net.clone(),
+            policy: Some(policy.clone()),
+            policy_dir: pol.clone(),
+            sleep: false,
+        };
         install(&o, &exe).unwrap();
         assert_eq!(fs::read(bin.join("sriov-rdma")).unwrap(), fs::read(&exe).unwrap());
         assert_eq!(mode(&bin.join("sriov-rdma")), 0o755);
         assert_eq!(fs::read(net.join("10-sriov-rdma.conflist")).unwrap(), fs::read(&conf).unwrap());
         assert_eq!(mode(&net.join("10-sriov-rdma.conflist")), 0o644);
+        assert_eq!(fs::read(pol.join("policy.json")).unwrap(), fs::read(&policy).unwrap());
+        assert_eq!(mode(&pol.join("policy.json")), 0o644);
         let ino = fs::metadata(bin.join("sriov-rdma")).unwrap().ino();
         install(&o, &exe).unwrap();
         assert_eq!(fs::metadata(bin.join("sriov-rdma")).unwrap().ino(), ino);
@@ -620,6 +676,17 @@ mod tests {
         let e = install(&o, &exe).unwrap_err();
         assert!(e.0.starts_with(&format!("the network config {}: ", conf.display())) && e.0.contains("mtu"), "{e}");
         assert_eq!(fs::read(net.join("10-sriov-rdma.conflist")).unwrap(), good, "the old config stays");
+        // A malformed policy is not installed: the one there stays.
+        fs::write(&conf, &good).unwrap();
+        let good_policy = fs::read(&policy).unwrap();
+        fs::write(&policy, r#"{"namepsaces":{}}"#).unwrap();
+        let e = install(&o, &exe).unwrap_err();
+        assert!(e.0.contains(&policy.display().to_string()) && e.0.contains("namepsaces"), "{e}");
+        assert_eq!(fs::read(pol.join("policy.json")).unwrap(), good_policy, "the old policy stays");
+        fs::write(&policy, &good_policy).unwrap();
+        // No policy given (the ConfigMap not created): the installed one is left as it is.
+        install(&Options { policy: Some(src.join("absent.json")), ..o.clone() }, &exe).unwrap();
+        assert_eq!(fs::read(pol.join("policy.json")).unwrap(), good_policy);
         let missing = Options { bin_dir: d.0.join("nope"), conflist: None, ..o.clone() };
         let e = install(&missing, &exe).unwrap_err();
         assert!(e.0.starts_with("the CNI bin dir ") && e.0.contains("No such file or directory"), "{e}");

@@ -11,3 +11,4 @@ pub mod flow;
 pub mod install;
 pub mod kernel;
 pub mod model;
+pub mod policy;

@@ -1,9 +1,9 @@
 //! Logging to stderr or the configured file; never to stdout, which carries the CNI result.
 
 use crate::cni::config::LogLevel;
-use std::fs::{File, OpenOptions};
+use crate::kernel::confined::Confined;
+use std::fs::File;
 use std::io::Write;
-use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
 struct Logger {
@@ -13,27 +13,20 @@ struct Logger {
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
 
-/// Sets the level and sink once per process (later calls change nothing and open nothing); a log file that
-/// cannot be opened falls back to stderr.
-pub fn init(level: LogLevel, file: Option<&Path>) {
+/// Sets the level and sink once per process (later calls change nothing); without a file, stderr.
+pub fn init(level: LogLevel, file: Option<File>) {
     if LOGGER.get().is_some() {
         return;
     }
-    let file = file.and_then(|p| match open_log(p) {
-        Ok(f) => Some(Mutex::new(f)),
-        Err(e) => {
-            eprintln!("sriov-rdma: opening logFile {}: {e}; logging to stderr", p.display());
-            None
-        }
-    });
-    let _ = LOGGER.set(Logger { level, file });
+    let _ = LOGGER.set(Logger { level, file: file.map(Mutex::new) });
 }
 
-/// Opens the log for appending without ever blocking: a FIFO (or socket) would stall the plugin on open or on
-/// a write, so only a regular file or a character device (`/dev/null`) is taken.
-fn open_log(p: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let f = OpenOptions::new().create(true).append(true).custom_flags(libc::O_NONBLOCK).open(p)?;
+/// Opens the log for appending inside the node's log directory, never through a symbolic link and without ever
+/// blocking: a FIFO (or socket) would stall the plugin on open or on a write, so only a regular file or a
+/// character device (`/dev/null`) is taken.
+pub fn open(path: &Confined) -> std::io::Result<File> {
+    use std::os::unix::fs::FileTypeExt;
+    let f = path.open_append(0o640)?;
     let t = f.metadata()?.file_type();
     if !(t.is_file() || t.is_char_device()) {
         return Err(std::io::Error::new(
@@ -42,6 +35,15 @@ fn open_log(p: &Path) -> std::io::Result<File> {
         ));
     }
     Ok(f)
+}
+
+/// A logged value may come from a tenant's configuration: a control character (a newline in `pfName`) is
+/// written escaped, so it can never start a line of its own or rewrite one on a terminal.
+fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return s.into();
+    }
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 pub fn enabled(level: LogLevel) -> bool {
@@ -59,6 +61,8 @@ pub fn write(level: LogLevel, msg: std::fmt::Arguments<'_>) {
         LogLevel::Info => "info",
         LogLevel::Debug => "debug",
     };
+    let msg = msg.to_string();
+    let msg = escape_controls(&msg);
     let line =
         format!("{}.{:03} sriov-rdma[{}] {tag}: {msg}\n", now.as_secs(), now.subsec_millis(), std::process::id());
     match LOGGER.get().and_then(|l| l.file.as_ref()) {
@@ -81,3 +85,15 @@ macro_rules! warn { ($($t:tt)*) => { $crate::log::write($crate::cni::config::Log
 macro_rules! info { ($($t:tt)*) => { $crate::log::write($crate::cni::config::LogLevel::Info, format_args!($($t)*)) } }
 #[macro_export]
 macro_rules! debug { ($($t:tt)*) => { $crate::log::write($crate::cni::config::LogLevel::Debug, format_args!($($t)*)) } }
+
+#[cfg(test)]
+mod tests {
+    use super::escape_controls;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape_controls("pfName ens1f0"), "pfName ens1f0");
+        assert_eq!(escape_controls("pfName x\nFORGED\r\u{1b}[2K"), "pfName x\\nFORGED\\r\\u{1b}[2K");
+        assert_eq!(escape_controls("tab\there é"), "tab\\there é");
+    }
+}

@@ -35,6 +35,14 @@ fn plugin_conf(bed: &Bed, subnet: &str) -> Value {
     })
 }
 
+/// A bed with one VF, containerd running the plugin on it, and the VF as it is before the test.
+fn one_vf(tag: &str, subnet: &str) -> (Bed, Containerd, (String, String, u64, bool)) {
+    let bed = Bed::new(tag, 1);
+    let cd = Containerd::start(tag, &bed.sysfs, &bed.state, plugin_conf(&bed, subnet));
+    let before = identity(None, &bed.vfs[0].1).unwrap();
+    (bed, cd, before)
+}
+
 async fn run_sandbox(c: &mut Client, cd: &Containerd, name: &str) -> String {
     c.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(pod_config(cd, name)), runtime_handler: String::new() })
         .await
@@ -173,9 +181,7 @@ fn cri_remove_without_stop_releases_the_vf() {
     if !required_cri("cri_remove_without_stop_releases_the_vf") {
         return;
     }
-    let bed = Bed::new("cri2", 1);
-    let cd = Containerd::start("cri2", &bed.sysfs, &bed.state, plugin_conf(&bed, "10.88.62.0/24"));
-    let before = identity(None, &bed.vfs[0].1).unwrap();
+    let (bed, cd, before) = one_vf("cri2", "10.88.62.0/24");
     runtime().block_on(async {
         let mut c = cd.client().await.unwrap();
         let id = run_sandbox(&mut c, &cd, "pod-b").await;
@@ -224,6 +230,40 @@ fn cri_containerd_restarted_between_add_and_del() {
         assert_eq!(identity(None, &bed.vfs[0].1), Some(before), "DEL after the restart gave the VF back exactly");
         assert!(bed.records().is_empty(), "no attachment record: {:?}", bed.records());
         remove_sandbox(&mut c, &cd, &id).await;
+    });
+}
+
+/// The node policy sees the namespace containerd's CRI passes (K8S_POD_NAMESPACE in CNI_ARGS): a namespace it
+/// denies the PF gets no sandbox and the VF stays on the host untouched; one it allows gets the VF.
+#[test]
+fn cri_the_node_policy_decides_by_the_pod_namespace() {
+    if !required_cri("cri_the_node_policy_decides_by_the_pod_namespace") {
+        return;
+    }
+    let (bed, cd, before) = one_vf("crp", "10.88.65.0/24");
+    let policy = json!({"namespaces": {"team-a": {"pfs": [bed.pf]}, "team-b": {"pfs": []}}});
+    std::fs::write(cd.policy(), policy.to_string()).unwrap();
+    runtime().block_on(async {
+        let mut c = cd.client().await.unwrap();
+        let run = |name: &str, ns: &str| cri::RunPodSandboxRequest {
+            config: Some(pod_config_in(&cd, name, ns)),
+            runtime_handler: String::new(),
+        };
+        let e = c.run_pod_sandbox(run("pod-b", "team-b")).await.expect_err("team-b may not use the PF");
+        assert!(e.message().contains("namespaces.team-b.pfs"), "{}", e.message());
+        assert_eq!(identity(None, &bed.vfs[0].1).as_ref(), Some(&before), "the VF stays on the host as it was");
+        assert!(bed.records().is_empty(), "no record: {:?}", bed.records());
+
+        let id = c
+            .run_pod_sandbox(run("pod-a", "team-a"))
+            .await
+            .unwrap_or_else(|e| panic!("RunPodSandbox in team-a: {e}\n{}", cd.log_tail()))
+            .into_inner()
+            .pod_sandbox_id;
+        assert_attached(&sandbox_view(&mut c, &id).await, &before, "10.88.65.");
+        stop_sandbox(&mut c, &cd, &id).await;
+        remove_sandbox(&mut c, &cd, &id).await;
+        assert_eq!(identity(None, &bed.vfs[0].1), Some(before), "VF given back exactly");
     });
 }
 

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sriov_rdma_cni::cni::config::{NetConf, VfSource};
 use sriov_rdma_cni::install::check_netconf;
+use sriov_rdma_cni::policy::Policy;
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,8 @@ struct Seen {
     pools: HashMap<String, bool>,
     /// The DaemonSets.
     daemonsets: Vec<Value>,
+    /// ConfigMaps holding a node policy (`policy.json`), by name.
+    policies: Vec<String>,
     checked: usize,
 }
 
@@ -107,6 +110,14 @@ fn check_doc(v: &Value, p: &Path, seen: &mut Seen) {
         }
         "ConfigMap" => {
             let data = v["data"].as_object().unwrap_or_else(|| panic!("{}: data", p.display()));
+            if let Some(policy) = data.get("policy.json") {
+                // The check `sriov-rdma install --policy` makes before installing it.
+                let raw = str_of(policy, "data[\"policy.json\"]", p);
+                Policy::parse(p, raw.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+                seen.policies.push(name.to_string());
+                seen.checked += 1;
+                return;
+            }
             let cfg = str_of(&data["config.json"], "data[\"config.json\"]", p);
             let cfg: Value = serde_json::from_str(cfg).unwrap_or_else(|e| panic!("{}: config.json: {e}", p.display()));
             let list = cfg["resourceList"].as_array().expect("the device plugin's resourceList");
@@ -209,6 +220,18 @@ fn the_deploy_manifests_are_valid_and_fit_together() {
         .collect();
     assert_eq!(&cmd[..2], ["/sriov-rdma", "install"], "{cmd:?}");
     assert!(cmd.contains(&"--sleep"), "the one container stays up: {cmd:?}");
+    // The node policy: from the ConfigMap deploy/ ships (optional), into the host's /etc/sriov-rdma.
+    let src = cmd.iter().position(|a| *a == "--policy").map(|i| cmd[i + 1]).expect("--policy FILE");
+    let mount_of = |path: &str| {
+        let m = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == path);
+        let m = m.unwrap_or_else(|| panic!("a volume mounted at {path}"));
+        pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == m["name"]).unwrap().clone()
+    };
+    let cm = mount_of(Path::new(src).parent().unwrap().to_str().unwrap());
+    assert_eq!(seen.policies, [cm["configMap"]["name"].as_str().unwrap()], "the policy ConfigMap deploy/ ships");
+    assert_eq!(Path::new(src).file_name().unwrap(), "policy.json");
+    assert_eq!(cm["configMap"]["optional"], true, "a cluster without a policy still gets the plugin");
+    assert_eq!(mount_of("/host/etc/sriov-rdma")["hostPath"]["path"], "/etc/sriov-rdma");
     // The host's CNI bin dir where the installer looks for it by default.
     let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/host/opt/cni/bin").unwrap();
     let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();

@@ -316,7 +316,8 @@ fn mutated_configs_and_env_never_panic_and_always_answer_in_cni_json() {
     // Before anything else runs in this process: the plugin's view of the host is the temp tree.
     std::env::set_var("SRIOV_RDMA_SYSFS", tmp.join("sys"));
     std::env::set_var("SRIOV_RDMA_STATE_DIR", tmp.join("state"));
-    sriov_rdma_cni::log::init(LogLevel::Error, Some(&tmp.join("plugin.log")));
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(tmp.join("plugin.log")).unwrap();
+    sriov_rdma_cni::log::init(LogLevel::Error, Some(log));
     let empty_bin = tmp.join("bin").display().to_string();
 
     let seeds = seeds();
@@ -359,6 +360,12 @@ fn mutated_configs_and_env_never_panic_and_always_answer_in_cni_json() {
         .collect();
         vars.insert("CNI_NETNS".into(), format!("{NOWHERE}/ns"));
         vars.insert("CNI_PATH".into(), empty_bin.clone());
+        // The node's directories and policy are the temp tree's: nothing of the machine's is read or written.
+        for (var, d) in
+            [("SRIOV_RDMA_DEVINFO_DIR", "devinfo"), ("SRIOV_RDMA_LOG_DIR", "log"), ("SRIOV_RDMA_POLICY", "policy.json")]
+        {
+            vars.insert(var.into(), tmp.join(d).display().to_string());
+        }
         let mut touched_vars: Vec<&str> = Vec::new();
         for _ in 0..rng.below(3) {
             let var = *rng.pick(VARS);

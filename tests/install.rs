@@ -275,6 +275,13 @@ fn daemonset_command() -> Vec<String> {
         .collect()
 }
 
+/// The node policy of the ConfigMap deploy/sriov-rdma-policy.yaml.
+fn shipped_policy() -> String {
+    let text = fs::read_to_string(Path::new(ROOT).join("deploy/sriov-rdma-policy.yaml")).unwrap();
+    let v = Value::deserialize(serde_yaml_ng::Deserializer::from_str(&text)).unwrap();
+    v["data"]["policy.json"].as_str().unwrap().to_string()
+}
+
 #[test]
 fn the_image_installs_the_binary_and_replaces_a_running_one() {
     if !runnable("image_installs", &[("root", is_root()), ("podman and runc", Podman::available())]) {
@@ -384,13 +391,28 @@ fn the_image_installs_the_binary_and_replaces_a_running_one() {
     wait_for(&rx, "SIGTERM: exiting", 10);
     assert_eq!(status.code(), Some(0), "{status}");
 
-    // 4. The DaemonSet's container (`install --sleep`) stays up until the runtime stops it with SIGTERM, as PID 1.
+    // 4. The DaemonSet's container (`install --sleep`) stays up until the runtime stops it with SIGTERM, as PID 1;
+    //    it installs the node policy of the ConfigMap deploy/ ships into the host's /etc/sriov-rdma.
     let cmd = daemonset_command();
     let entrypoint = serde_json::to_string(&cmd).unwrap();
+    let (policy_cm, host_policy) = (dir.join("policy-configmap"), dir.join("etc-sriov-rdma"));
+    for d in [&policy_cm, &host_policy] {
+        fs::create_dir_all(d).unwrap();
+    }
+    let policy = shipped_policy();
+    fs::write(policy_cm.join("policy.json"), &policy).unwrap();
+    let policy_mounts = [
+        "-v".to_string(),
+        format!("{}:/etc/sriov-rdma-policy:ro", policy_cm.display()),
+        "-v".to_string(),
+        format!("{}:/host/etc/sriov-rdma", host_policy.display()),
+    ];
     let mut ds = pod
         .cmd()
         .args(base)
-        .args(["--rm", "--name", &guard.container, "--user", "0", "-v", &mount, "--entrypoint", &entrypoint, &image])
+        .args(["--rm", "--name", &guard.container, "--user", "0", "-v", &mount])
+        .args(&policy_mounts)
+        .args(["--entrypoint", &entrypoint, &image])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -399,6 +421,9 @@ fn the_image_installs_the_binary_and_replaces_a_running_one() {
     guard.children.push(ds);
     let seen = wait_for(&rx, "staying up until SIGTERM", 60);
     assert!(seen.iter().any(|l| l.contains("is already this binary")), "{seen:#?}");
+    assert!(seen.iter().any(|l| l.contains("installed /host/etc/sriov-rdma/policy.json")), "{seen:#?}");
+    assert_eq!(fs::read_to_string(host_policy.join("policy.json")).unwrap(), policy, "the ConfigMap's policy");
+    assert_eq!(fs::metadata(host_policy.join("policy.json")).unwrap().permissions().mode() & 0o7777, 0o644);
     let t = Instant::now();
     let out = pod.run(&["stop", "-t", "30", &guard.container]);
     assert!(out.status.success(), "podman stop: {}", String::from_utf8_lossy(&out.stderr));

@@ -12,24 +12,38 @@ use crate::kernel::vf::Pf;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Where this invocation finds sysfs and keeps its records. The defaults are the node's; the variables exist for
-/// the tests, the benchmark and the host demo, which point the plugin at a fixture tree and a scratch store.
+/// Where this invocation finds sysfs and keeps its records, and the node's own places a configuration cannot
+/// move: the directory device-info files go in, the directory log files go in, the node policy. The defaults are
+/// the node's; the variables exist for the tests, the benchmark and the host demo, which point the plugin at a
+/// fixture tree and a scratch store (and for a node that keeps these elsewhere).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
     pub sysfs: PathBuf,
     pub state_dir: PathBuf,
+    pub devinfo_dir: PathBuf,
+    pub log_dir: PathBuf,
+    pub policy: PathBuf,
 }
 
 impl Paths {
     pub const SYSFS_VAR: &'static str = "SRIOV_RDMA_SYSFS";
     pub const STATE_VAR: &'static str = "SRIOV_RDMA_STATE_DIR";
+    pub const DEVINFO_VAR: &'static str = "SRIOV_RDMA_DEVINFO_DIR";
+    pub const LOG_VAR: &'static str = "SRIOV_RDMA_LOG_DIR";
+    pub const POLICY_VAR: &'static str = "SRIOV_RDMA_POLICY";
+    /// The NPWG device-info directory (Multus reads the files there).
+    pub const DEVINFO_DIR: &'static str = "/var/run/k8s.cni.cncf.io/devinfo";
+    pub const LOG_DIR: &'static str = "/var/log/sriov-rdma";
 
-    /// Reads `SRIOV_RDMA_SYSFS` and `SRIOV_RDMA_STATE_DIR` through `get`; unset (or empty) means the node's.
+    /// Reads the `SRIOV_RDMA_*` variables through `get`; unset (or empty) means the node's.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Paths {
         let var = |k: &str| get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
         Paths {
             sysfs: var(Self::SYSFS_VAR).unwrap_or_else(|| "/sys".into()),
             state_dir: var(Self::STATE_VAR).unwrap_or_else(|| super::state::DEFAULT_DIR.into()),
+            devinfo_dir: var(Self::DEVINFO_VAR).unwrap_or_else(|| Self::DEVINFO_DIR.into()),
+            log_dir: var(Self::LOG_VAR).unwrap_or_else(|| Self::LOG_DIR.into()),
+            policy: var(Self::POLICY_VAR).unwrap_or_else(|| crate::policy::DEFAULT_PATH.into()),
         }
     }
 
@@ -56,6 +70,8 @@ pub struct Host {
     pub store: Store,
     pub ns: Netns,
     pub route: RouteSocket,
+    /// Where device-info files may be written and removed.
+    pub devinfo_dir: PathBuf,
 }
 
 impl Host {
@@ -65,6 +81,7 @@ impl Host {
             store: paths.store()?,
             ns: Netns::current().ctx(|| "opening the host network namespace".to_string())?,
             route: RouteSocket::new().ctx(|| "opening a netlink socket in the host namespace".to_string())?,
+            devinfo_dir: paths.devinfo_dir.clone(),
         })
     }
 

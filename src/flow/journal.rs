@@ -15,6 +15,7 @@ use super::state::Attachment;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Failures, IoContext};
+use crate::kernel::confined::{is_symlink_refusal, Confined};
 use crate::kernel::link::Link;
 use crate::kernel::rdma::RdmaSocket;
 use crate::kernel::vf::{self, guid_str, NetlinkPf, Pf, PfControl, VfSetting, VfState};
@@ -155,7 +156,7 @@ impl Step {
             }
             Step::DeviceInfo(path) => {
                 let dev = cx.rec.rdma.as_ref().map(|r| r.device.name.as_str());
-                rdma::write_device_info(path, &cx.rec.pci, &cx.rec.pf_pci, dev)
+                rdma::write_device_info(&cx.host.devinfo_dir, path, &cx.rec.pci, &cx.rec.pf_pci, dev)
                     .ctx(|| format!("writing the device-info file {}", path.display()))?;
                 Ok(())
             }
@@ -215,7 +216,7 @@ impl Step {
                 }
             }
             Step::DeviceInfo(path) => {
-                if let Err(e) = remove_device_info(path, u.rec) {
+                if let Err(e) = remove_device_info(&u.host.devinfo_dir, path, u.rec) {
                     u.fail(e);
                 }
             }
@@ -225,12 +226,23 @@ impl Step {
 
 /// Removes the device-info file if it is the one this VF's ADD wrote, byte for byte; one that is missing, or
 /// that someone else wrote (Multus copies the device plugin's there before ADD, and removes it itself), is left.
-fn remove_device_info(path: &std::path::Path, rec: &Attachment) -> CniResult<()> {
+/// Only inside the node's device-info directory `base` and never through a symbolic link: anything else is left
+/// as it is (said in the log), and DEL goes on.
+fn remove_device_info(base: &std::path::Path, path: &std::path::Path, rec: &Attachment) -> CniResult<()> {
     let what = || format!("removing the device-info file {}", path.display());
-    let body = match std::fs::read(path) {
-        Ok(b) => b,
-        // Never written (ENOTDIR: a path under a file, where ADD's write failed too).
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(()),
+    let left = |why: &dyn std::fmt::Display| -> CniResult<()> {
+        crate::warn!("device-info file {} of VF {} left as it is: {why}", path.display(), rec.pci);
+        Ok(())
+    };
+    let at = match Confined::new(base, path) {
+        Ok(at) => at,
+        Err(why) => return left(&format_args!("{why} ({}/)", base.display())),
+    };
+    let body = match at.read() {
+        Ok(Some(b)) => b,
+        // Never written (missing, or a path under a file, where ADD's write failed too).
+        Ok(None) => return Ok(()),
+        Err(e) if is_symlink_refusal(&e) || e.kind() == std::io::ErrorKind::InvalidInput => return left(&e),
         Err(e) => return Err(e).ctx(what),
     };
     let ours = rdma::device_info(&rec.pci, &rec.pf_pci, rec.rdma.as_ref().map(|r| r.device.name.as_str()));
@@ -238,10 +250,7 @@ fn remove_device_info(path: &std::path::Path, rec: &Attachment) -> CniResult<()>
         crate::info!("device-info file {} is not the one ADD wrote for VF {}; left as it is", path.display(), rec.pci);
         return Ok(());
     }
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).ctx(what),
-        _ => Ok(()),
-    }
+    at.remove().ctx(what)
 }
 
 /// IPAM in ADD: not started, running alongside the netdev move, or finished.

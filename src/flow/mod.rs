@@ -1,6 +1,7 @@
 //! The attach/detach flow: what ADD, DEL, CHECK, GC and STATUS do with the protocol and kernel layers.
 
 pub mod add;
+pub mod admit;
 pub mod check;
 pub mod context;
 pub mod del;
@@ -44,7 +45,7 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     }
     let conf = NetConf::parse(stdin, &env.args)?;
     let paths = context::Paths::from_env(&get);
-    crate::log::init(conf.log_level, conf.log_file.as_deref());
+    admit::init_log(&paths, &conf, env.command)?;
     let need = |min: Version, what: &str| -> CniResult<()> {
         if conf.version < min {
             return Err(CniError::new(
@@ -60,6 +61,7 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     };
     match env.command {
         Command::Add => {
+            admit::add(&paths, &conf, &env)?;
             let r = add::add(&paths, &conf, &env)?.to_json(conf.version);
             let r = match &conf.prev_result {
                 Some(prev) => crate::cni::result::chained(r, prev),

@@ -4,6 +4,7 @@
 use crate::cni::config::RdmaPolicy;
 use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::types::PciAddr;
+use crate::kernel::confined::Confined;
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{NetnsMode, RdmaSocket};
 use crate::kernel::sysfs::{Sysfs, Vf};
@@ -214,20 +215,24 @@ pub fn device_info(pci: &PciAddr, pf_pci: &PciAddr, rdma: Option<&str>) -> Strin
     serde_json::json!({"type": "pci", "version": "1.1.0", "pci": pci_obj}).to_string()
 }
 
-/// Writes the NPWG device-info file (spec 1.1.0) if it does not exist yet; true when this call wrote it.
-pub fn write_device_info(path: &Path, pci: &PciAddr, pf_pci: &PciAddr, rdma: Option<&str>) -> io::Result<bool> {
+/// Writes the NPWG device-info file (spec 1.1.0) if it does not exist yet, only inside the node's device-info
+/// directory `base` and never through a symbolic link; true when this call wrote it.
+pub fn write_device_info(
+    base: &Path,
+    path: &Path,
+    pci: &PciAddr,
+    pf_pci: &PciAddr,
+    rdma: Option<&str>,
+) -> io::Result<bool> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(path) {
-        Ok(mut f) => {
+    let at = Confined::new(base, path)
+        .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{why} ({}/)", base.display())))?;
+    match at.create_new(0o444)? {
+        Some(mut f) => {
             f.write_all(device_info(pci, pf_pci, rdma).as_bytes())?;
             Ok(true)
         }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(e),
+        None => Ok(false),
     }
 }
 
@@ -331,7 +336,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let p = dir.join("sub/net1.json");
         let pf = PciAddr::parse("0000:3b:00.0").unwrap();
-        assert!(write_device_info(&p, &vf(), &pf, Some("mlx5_3")).unwrap());
+        assert!(write_device_info(&dir, &p, &vf(), &pf, Some("mlx5_3")).unwrap());
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
         assert_eq!(v["type"], "pci");
         assert_eq!(v["version"], "1.1.0");
@@ -339,7 +344,10 @@ mod tests {
         assert_eq!(v["pci"]["pf-pci-address"], "0000:3b:00.0");
         assert_eq!(v["pci"]["rdma-device"], "mlx5_3");
         assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o444);
-        assert!(!write_device_info(&p, &vf(), &pf, None).unwrap(), "an existing file is left alone");
+        assert!(!write_device_info(&dir, &p, &vf(), &pf, None).unwrap(), "an existing file is left alone");
+        let outside = dir.with_extension("elsewhere").join("net1.json");
+        assert!(write_device_info(&dir, &outside, &vf(), &pf, None).is_err());
+        assert!(!outside.exists(), "nothing written outside the device-info directory");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -249,13 +249,19 @@ pub fn run_plugin_with(
     }
 }
 
-/// The plugin binary with a runtime's environment and piped stdio, not yet started.
+/// The plugin binary with a runtime's environment and piped stdio, not yet started. The node's device-info and
+/// log directories are the test's own (the directory holding the state dir), and there is no node policy unless
+/// `env` says otherwise: a test never writes into, nor depends on, the machine's.
 pub fn plugin_command(sysfs: &Path, state: &Path, env: &HashMap<String, String>) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sriov-rdma"));
+    let own = state.parent().unwrap_or(state);
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("SRIOV_RDMA_SYSFS", sysfs)
         .env("SRIOV_RDMA_STATE_DIR", state)
+        .env("SRIOV_RDMA_DEVINFO_DIR", own)
+        .env("SRIOV_RDMA_LOG_DIR", own)
+        .env("SRIOV_RDMA_POLICY", own.join("no-node-policy.json"))
         .envs(env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

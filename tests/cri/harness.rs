@@ -57,7 +57,14 @@ pub struct Containerd {
     child: Option<Child>,
 }
 
+/// The node policy the plugin reads under this containerd (none until a test writes it).
+const POLICY: &str = "node-policy.json";
+
 impl Containerd {
+    pub fn policy(&self) -> PathBuf {
+        self.dir.join(POLICY)
+    }
+
     /// Lays out the directory, writes the config and the conflist (`plugin` is the sriov-rdma entry of
     /// the list, without `type`), starts containerd, waits for the CRI with its CNI ready, imports the
     /// busybox image.
@@ -79,6 +86,10 @@ impl Containerd {
             env: vec![
                 ("SRIOV_RDMA_SYSFS".into(), sysfs.display().to_string()),
                 ("SRIOV_RDMA_STATE_DIR".into(), state.display().to_string()),
+                // The node's log and device-info directories and policy: the test's own, never the machine's.
+                ("SRIOV_RDMA_LOG_DIR".into(), dir.display().to_string()),
+                ("SRIOV_RDMA_DEVINFO_DIR".into(), dir.join("devinfo").display().to_string()),
+                ("SRIOV_RDMA_POLICY".into(), dir.join(POLICY).display().to_string()),
             ],
             child: None,
             dir,
@@ -439,13 +450,18 @@ fn build_image(dir: &Path) -> PathBuf {
 }
 
 pub fn pod_config(cd: &Containerd, name: &str) -> cri::PodSandboxConfig {
+    pod_config_in(cd, name, "sriov-rdma-it")
+}
+
+/// A sandbox of a pod in Kubernetes namespace `namespace` (containerd passes it to CNI as K8S_POD_NAMESPACE).
+pub fn pod_config_in(cd: &Containerd, name: &str, namespace: &str) -> cri::PodSandboxConfig {
     let logs = cd.log_dir(name);
     fs::create_dir_all(&logs).unwrap();
     cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: name.into(),
             uid: format!("uid-{name}"),
-            namespace: "sriov-rdma-it".into(),
+            namespace: namespace.into(),
             attempt: 0,
         }),
         hostname: name.into(),

@@ -1,0 +1,255 @@
+//! The node policy: what the node's administrator lets any network configuration do on this node. A tenant who
+//! can write a NetworkAttachmentDefinition controls the whole plugin configuration, and the plugin runs as root;
+//! which PFs may be touched at all, and per Kubernetes namespace which PFs and VLANs, only the node can say.
+//!
+//! ```json
+//! {"pfs": ["ens1f0", "0000:3b:00.1"],
+//!  "namespaces": {"team-a": {"pfs": ["ens1f0"], "vlans": ["100-199", 300]}, "*": {"pfs": [], "vlans": []}}}
+//! ```
+//! Read from a fixed path; no file means no limits (as before the policy existed). A file that cannot be read or
+//! understood refuses every ADD (fail closed), naming the file and the key.
+
+use crate::cni::error::{CniError, CniResult};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const DIR: &str = "/etc/sriov-rdma";
+pub const FILE_NAME: &str = "policy.json";
+pub const DEFAULT_PATH: &str = "/etc/sriov-rdma/policy.json";
+
+/// The entry that stands for every namespace not listed by name.
+pub const ANY_NAMESPACE: &str = "*";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub file: PathBuf,
+    /// PFs by netdev name or PCI address; `None`: any.
+    pfs: Option<Vec<String>>,
+    /// `None`: every namespace alike.
+    namespaces: Option<BTreeMap<String, Tenant>>,
+}
+
+/// What one namespace may use; a key left out does not limit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Tenant {
+    pfs: Option<Vec<String>>,
+    /// Inclusive ranges; 0 stands for untagged (no `vlan` in the configuration).
+    vlans: Option<Vec<(u16, u16)>>,
+}
+
+/// What an ADD asks for, as the policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub pf: &'a str,
+    pub pf_pci: &'a str,
+    /// `K8S_POD_NAMESPACE` from CNI_ARGS.
+    pub namespace: Option<&'a str>,
+    /// The VLAN the configuration sets; 0 when untagged.
+    pub vlan: u16,
+}
+
+struct Reader<'a> {
+    file: &'a Path,
+}
+
+impl Reader<'_> {
+    fn bad(&self, key: &str, why: impl std::fmt::Display) -> CniError {
+        CniError::config(format!("node policy {}: {key} {why}", self.file.display()))
+    }
+
+    fn object<'v>(&self, key: &str, v: &'v Value, known: &[&str]) -> CniResult<&'v Map<String, Value>> {
+        let Value::Object(m) = v else { return Err(self.bad(key, "must be an object")) };
+        if let Some(k) = m.keys().find(|k| !known.contains(&k.as_str())) {
+            let at = if key == "policy" { k.clone() } else { format!("{key}.{k}") };
+            return Err(self.bad(&at, format!("is not a known key (known: {})", known.join(", "))));
+        }
+        Ok(m)
+    }
+
+    fn pfs(&self, key: &str, v: Option<&Value>) -> CniResult<Option<Vec<String>>> {
+        let Some(v) = v else { return Ok(None) };
+        let Value::Array(items) = v else { return Err(self.bad(key, "must be a list of PF names or PCI addresses")) };
+        items
+            .iter()
+            .map(|i| match i.as_str() {
+                Some(s) if !s.is_empty() => Ok(s.to_string()),
+                _ => Err(self.bad(key, format!("entry {i} is not a PF name or PCI address"))),
+            })
+            .collect::<CniResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    fn vlans(&self, key: &str, v: Option<&Value>) -> CniResult<Option<Vec<(u16, u16)>>> {
+        let Some(v) = v else { return Ok(None) };
+        let Value::Array(items) = v else { return Err(self.bad(key, "must be a list of VLANs or ranges")) };
+        let one = |s: &str| s.trim().parse::<u16>().ok().filter(|n| *n <= 4094);
+        items
+            .iter()
+            .map(|i| {
+                let range = match i {
+                    Value::Number(n) => {
+                        n.as_u64().and_then(|n| u16::try_from(n).ok()).filter(|n| *n <= 4094).map(|n| (n, n))
+                    }
+                    Value::String(s) => match s.split_once('-') {
+                        Some((a, b)) => one(a).zip(one(b)),
+                        None => one(s).map(|n| (n, n)),
+                    },
+                    _ => None,
+                };
+                range.filter(|(a, b)| a <= b).ok_or_else(|| {
+                    self.bad(
+                        key,
+                        format!("entry {i} is not a VLAN (0-4094, 0 for untagged) or a range \"A-B\" with A ≤ B"),
+                    )
+                })
+            })
+            .collect::<CniResult<Vec<_>>>()
+            .map(Some)
+    }
+}
+
+impl Policy {
+    /// The policy at `file`; `None` when there is none.
+    pub fn load(file: &Path) -> CniResult<Option<Policy>> {
+        match std::fs::read(file) {
+            Ok(bytes) => Policy::parse(file, &bytes).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(CniError::from_io(format!("reading the node policy {}", file.display()), &e)),
+        }
+    }
+
+    pub fn parse(file: &Path, bytes: &[u8]) -> CniResult<Policy> {
+        let r = Reader { file };
+        let v: Value = serde_json::from_slice(bytes).map_err(|e| r.bad("policy", format!("is not valid JSON: {e}")))?;
+        let top = r.object("policy", &v, &["pfs", "namespaces"])?;
+        let pfs = r.pfs("pfs", top.get("pfs"))?;
+        let namespaces = match top.get("namespaces") {
+            None => None,
+            Some(v) => {
+                let mut out = BTreeMap::new();
+                let Value::Object(m) = v else { return Err(r.bad("namespaces", "must be an object")) };
+                for (ns, t) in m {
+                    let key = format!("namespaces.{ns}");
+                    let t = r.object(&key, t, &["pfs", "vlans"])?;
+                    let tenant = Tenant {
+                        pfs: r.pfs(&format!("{key}.pfs"), t.get("pfs"))?,
+                        vlans: r.vlans(&format!("{key}.vlans"), t.get("vlans"))?,
+                    };
+                    out.insert(ns.clone(), tenant);
+                }
+                Some(out)
+            }
+        };
+        Ok(Policy { file: file.to_path_buf(), pfs, namespaces })
+    }
+
+    /// Allows the request or refuses it (code 7), naming the rule and the file.
+    pub fn admit(&self, r: &Request) -> CniResult<()> {
+        let file = self.file.display();
+        let listed = |pfs: &[String]| pfs.iter().any(|p| p == r.pf || p == r.pf_pci);
+        let pf = format!("PF {} ({})", r.pf, r.pf_pci);
+        if let Some(pfs) = self.pfs.as_deref().filter(|p| !listed(p)) {
+            return Err(CniError::config(format!(
+                "{pf} is not among the PFs this node lets sriov-rdma use: rule pfs [{}] in the node policy {file}",
+                pfs.join(", ")
+            )));
+        }
+        let Some(namespaces) = &self.namespaces else { return Ok(()) };
+        let any = namespaces.get(ANY_NAMESPACE).map(|t| (ANY_NAMESPACE, t));
+        let (key, tenant) = match r.namespace {
+            Some(ns) => namespaces.get_key_value(ns).map(|(k, t)| (k.as_str(), t)).or(any).ok_or_else(|| {
+                CniError::config(format!(
+                    "namespace {ns} is not listed under namespaces in the node policy {file} (nor is \"*\")"
+                ))
+            })?,
+            None => any.ok_or_else(|| {
+                CniError::config(format!(
+                    "CNI_ARGS has no K8S_POD_NAMESPACE, and the node policy {file} allows only the namespaces it lists"
+                ))
+            })?,
+        };
+        let who = r.namespace.map(|n| format!("namespace {n}")).unwrap_or_else(|| "a pod without namespace".into());
+        if let Some(pfs) = tenant.pfs.as_deref().filter(|p| !listed(p)) {
+            return Err(CniError::config(format!(
+                "{who} may not use {pf}: rule namespaces.{key}.pfs [{}] in the node policy {file}",
+                pfs.join(", ")
+            )));
+        }
+        if let Some(vlans) = tenant.vlans.as_deref().filter(|v| !v.iter().any(|(a, b)| (*a..=*b).contains(&r.vlan))) {
+            let what = if r.vlan == 0 { "untagged (no vlan set)".to_string() } else { format!("VLAN {}", r.vlan) };
+            let ranges: Vec<String> =
+                vlans.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+            return Err(CniError::config(format!(
+                "{who} may not use {what}: rule namespaces.{key}.vlans [{}] in the node policy {file}",
+                ranges.join(", ")
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::error::Code;
+
+    fn policy(s: &str) -> CniResult<Policy> {
+        Policy::parse(Path::new("/etc/sriov-rdma/policy.json"), s.as_bytes())
+    }
+
+    fn req<'a>(pf: &'a str, namespace: Option<&'a str>, vlan: u16) -> Request<'a> {
+        Request { pf, pf_pci: "0000:3b:00.0", namespace, vlan }
+    }
+
+    #[test]
+    fn pfs_by_name_or_pci_namespaces_and_vlan_ranges() {
+        let p = policy(
+            r#"{"pfs":["ens1f0","0000:3b:00.0"],
+                "namespaces":{"a":{"pfs":["ens1f0"],"vlans":["100-199",300]},"*":{"vlans":[0]}}}"#,
+        )
+        .unwrap();
+        assert!(p.admit(&req("ens1f0", Some("a"), 150)).is_ok());
+        assert!(p.admit(&req("ens1f0", Some("a"), 300)).is_ok());
+        assert!(p.admit(&req("renamed", Some("x"), 0)).is_ok(), "listed by PCI address, '*' allows untagged");
+        assert!(p.admit(&req("ens1f0", None, 0)).is_ok(), "no namespace: the '*' entry");
+        for (r, needle) in [
+            (Request { pf: "ens2f0", pf_pci: "0000:5e:00.0", namespace: Some("a"), vlan: 150 }, "rule pfs"),
+            (req("renamed", Some("a"), 150), "namespaces.a.pfs"),
+            (req("ens1f0", Some("a"), 200), "VLAN 200"),
+            (req("ens1f0", Some("a"), 0), "untagged"),
+            (req("ens1f0", Some("x"), 5), "namespaces.*.vlans"),
+        ] {
+            let e = p.admit(&r).unwrap_err();
+            assert_eq!(e.code, Code::InvalidConfig);
+            assert!(e.msg.contains(needle) && e.msg.contains("/etc/sriov-rdma/policy.json"), "{}", e.msg);
+        }
+        let strict = policy(r#"{"namespaces":{"a":{}}}"#).unwrap();
+        assert!(strict.admit(&req("ens1f0", Some("a"), 7)).is_ok(), "an empty entry does not limit");
+        assert!(strict.admit(&req("ens1f0", Some("b"), 0)).unwrap_err().msg.contains("namespace b is not listed"));
+        assert!(strict.admit(&req("ens1f0", None, 0)).unwrap_err().msg.contains("K8S_POD_NAMESPACE"));
+        assert!(policy("{}").unwrap().admit(&req("any", None, 4094)).is_ok(), "an empty policy limits nothing");
+        assert!(policy(r#"{"pfs":[]}"#).unwrap().admit(&req("ens1f0", None, 0)).is_err(), "no PF at all");
+    }
+
+    #[test]
+    fn a_malformed_policy_names_the_key() {
+        for (s, key) in [
+            ("{", "policy is not valid JSON"),
+            ("[]", "policy must be an object"),
+            (r#"{"pf":[]}"#, "pf is not a known key"),
+            (r#"{"pfs":"ens1f0"}"#, "pfs must be a list"),
+            (r#"{"pfs":[""]}"#, "pfs entry"),
+            (r#"{"namespaces":[]}"#, "namespaces must be an object"),
+            (r#"{"namespaces":{"a":[]}}"#, "namespaces.a must be an object"),
+            (r#"{"namespaces":{"a":{"vlan":[]}}}"#, "namespaces.a.vlan is not a known key"),
+            (r#"{"namespaces":{"a":{"vlans":["9-5"]}}}"#, "namespaces.a.vlans entry"),
+            (r#"{"namespaces":{"a":{"vlans":[4095]}}}"#, "namespaces.a.vlans entry"),
+            (r#"{"namespaces":{"a":{"vlans":["x"]}}}"#, "namespaces.a.vlans entry"),
+        ] {
+            let e = policy(s).unwrap_err();
+            assert_eq!(e.code, Code::InvalidConfig, "{s}");
+            assert!(e.msg.contains(key) && e.msg.contains("policy.json"), "{s}: {}", e.msg);
+        }
+    }
+}
