@@ -313,9 +313,6 @@ fn mutated_configs_and_env_never_panic_and_always_answer_in_cni_json() {
         std::fs::create_dir_all(tmp.join(d)).unwrap();
     }
     assert!(!Path::new(NOWHERE).exists());
-    // Before anything else runs in this process: the plugin's view of the host is the temp tree.
-    std::env::set_var("SRIOV_RDMA_SYSFS", tmp.join("sys"));
-    std::env::set_var("SRIOV_RDMA_STATE_DIR", tmp.join("state"));
     let log = std::fs::OpenOptions::new().create(true).append(true).open(tmp.join("plugin.log")).unwrap();
     sriov_rdma_cni::log::init(LogLevel::Error, Some(log));
     let empty_bin = tmp.join("bin").display().to_string();
@@ -360,10 +357,15 @@ fn mutated_configs_and_env_never_panic_and_always_answer_in_cni_json() {
         .collect();
         vars.insert("CNI_NETNS".into(), format!("{NOWHERE}/ns"));
         vars.insert("CNI_PATH".into(), empty_bin.clone());
-        // The node's directories and policy are the temp tree's: nothing of the machine's is read or written.
-        for (var, d) in
-            [("SRIOV_RDMA_DEVINFO_DIR", "devinfo"), ("SRIOV_RDMA_LOG_DIR", "log"), ("SRIOV_RDMA_POLICY", "policy.json")]
-        {
+        // sysfs, the record store, the node's directories and policy are the temp tree's (the plugin reads them
+        // through this map, not the process environment): nothing of the machine's is read or written.
+        for (var, d) in [
+            ("SRIOV_RDMA_SYSFS", "sys"),
+            ("SRIOV_RDMA_STATE_DIR", "state"),
+            ("SRIOV_RDMA_DEVINFO_DIR", "devinfo"),
+            ("SRIOV_RDMA_LOG_DIR", "log"),
+            ("SRIOV_RDMA_POLICY", "policy.json"),
+        ] {
             vars.insert(var.into(), tmp.join(d).display().to_string());
         }
         let mut touched_vars: Vec<&str> = Vec::new();
