@@ -67,9 +67,11 @@ demo-host: deps release
 bench-vm: release bench-bins
 	KERNEL=$(BENCH_KERNEL) ./tests/vm/run.sh bench $(or $(N),20)
 
+# tests/layout.rs: no module imports one that imports it back.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) test --test layout
 
 # Side-by-side ADD+DEL timings and CPU time on stand-in VFs, one at a time and 8 and 16 at once (root).
 bench: deps release bench-bins

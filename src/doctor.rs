@@ -4,9 +4,9 @@
 //! ports and GID tables (like `show_gids`), the RDMA netns mode and what it means for the `rdma` policy, and
 //! warnings with the fix. Exit status 1 when something blocks ADD.
 
+use crate::flow::attachment::Attachment;
 use crate::flow::context::{Host, Paths};
 use crate::flow::orphans::{whereabouts, Whereabouts};
-use crate::flow::state::Attachment;
 use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self, NetnsMode, RdmaDevice, RdmaPort};

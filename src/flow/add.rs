@@ -5,12 +5,13 @@
 //! PF settings → admin MAC → IB GUID → RDMA device into the pod → IPAM alongside the netdev's move into the pod
 //! (moved and renamed in one message, MTU, up) → addresses and routes → RoCE GIDs → device-info file.
 
+use super::attachment::{Attachment, GidIndex, RdmaRecord, Step};
 use super::context::{not_usable, Host, Paths, Pod};
 use super::ipam::{self, Target};
-use super::journal::{unwind, Apply, Step};
+use super::journal::{unwind, Apply};
 use super::orphans::{vf_after_reclaim, whereabouts, Whereabouts};
 use super::rdma;
-use super::state::{Attachment, VfLock};
+use super::state::VfLock;
 use crate::cni::config::{NetConf, RdmaPolicy, VfSource};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, IoContext};
@@ -220,7 +221,7 @@ fn prepare_rdma(
     conf: &NetConf,
     vf: &Vf,
     ifindex: Option<u32>,
-) -> CniResult<(Option<rdma::RdmaRecord>, bool, Option<RdmaSocket>)> {
+) -> CniResult<(Option<RdmaRecord>, bool, Option<RdmaSocket>)> {
     if conf.rdma == RdmaPolicy::Off {
         return Ok((None, false, None));
     }
@@ -231,7 +232,7 @@ fn prepare_rdma(
     };
     let found = rdma::discover(&host.sysfs, vf, ifindex, sock.as_mut())
         .ctx(|| format!("finding the RDMA device of VF {}", vf.pci))?;
-    let record = |device| Some(rdma::RdmaRecord { device, moved: false, gids: Vec::new() });
+    let record = |device| Some(RdmaRecord { device, moved: false, gids: Vec::new() });
     Ok(match rdma::decide(conf.rdma, &vf.pci, found, mode)? {
         rdma::Decision::Skip(why) => {
             crate::info!("VF {}: {why}", vf.pci);
@@ -371,7 +372,7 @@ fn roce_gids(
     env: &CniEnv,
     dev: &str,
     result: &AttachResult,
-) -> CniResult<Vec<rdma::GidIndex>> {
+) -> CniResult<Vec<GidIndex>> {
     let ips: Vec<std::net::IpAddr> = result.ips.iter().map(|i| i.address.addr).collect();
     if ips.is_empty() {
         return Ok(Vec::new());

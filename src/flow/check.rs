@@ -1,10 +1,10 @@
 //! CHECK, GC and STATUS.
 
+use super::attachment::Attachment;
 use super::context::{Host, Paths, Pod};
 use super::del::{finish, release};
 use super::ipam::{self, Target};
 use super::rdma::{lookup_gids, GidLookup};
-use super::state::Attachment;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code, Failures, IoContext};

@@ -2,7 +2,8 @@
 //! are read), the host side built from them once (sysfs, the record store, the host namespace and a route socket
 //! in it), the pod side; and how the VF's netdev is recognised on either, whatever it is called.
 
-use super::state::{Attachment, Store};
+use super::attachment::Attachment;
+use super::state::Store;
 use crate::cni::error::{CniError, CniResult, Code, IoContext};
 use crate::kernel::link::{Link, RouteSocket};
 use crate::kernel::netlink::Route;

@@ -1,10 +1,11 @@
 //! DEL (and the part GC and an orphan's reclaim share with it): the record's journal undone, newest step first
 //! (journal.rs), even when the pod namespace is gone; the record removed only when every step is undone.
 
+use super::attachment::Attachment;
 use super::context::{find_host_netdev, Host, Paths, Pod, RETURN_WAIT};
 use super::ipam::{self, Target};
 use super::journal::{unwind, Undone};
-use super::state::{Attachment, Store};
+use super::state::Store;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult};

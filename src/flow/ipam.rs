@@ -130,7 +130,7 @@ fn exec_raw(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Targe
 fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) -> CniResult<Child> {
     crate::debug!("IPAM {kind} {command} for {}/{}", target.container_id, target.ifname);
     if matches!(command, "ADD" | "DEL") {
-        crate::flow::changing_state();
+        super::signals::changing_state();
     }
     let mut cmd = Command::new(plugin);
     if !target.path.is_empty() {

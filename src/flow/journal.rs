@@ -7,11 +7,11 @@
 //! so a step that was written but never applied, because ADD was killed between the two, undoes cleanly, and so
 //! does a step undone twice.
 
+use super::attachment::{Attachment, Found, Step};
 use super::context::{find_host_netdev, Host, Pod, RETURN_WAIT};
 use super::ipam::{self, Target};
 use super::netdev;
-use super::rdma::{self, Found};
-use super::state::Attachment;
+use super::rdma;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Failures, IoContext};
@@ -21,7 +21,6 @@ use crate::kernel::rdma::RdmaSocket;
 use crate::kernel::vf::{self, guid_str, NetlinkPf, Pf, PfControl, VfSetting, VfState};
 use crate::model::{Mac, VlanProto};
 use netlink_packet_route::link::LinkAttribute;
-use std::path::PathBuf;
 use std::time::Duration;
 
 fn on_off(b: bool) -> &'static str {
@@ -54,69 +53,7 @@ impl std::fmt::Display for VfSetting {
     }
 }
 
-/// One reversible change ADD makes, in the order ADD makes them.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    /// A PF-side setting of the VF: VLAN, spoofchk, trust, link state, TX rate.
-    PfSetting(VfSetting),
-    /// The admin MAC, set on the PF and carried by the VF's netdev.
-    AdminMac(Mac),
-    /// The InfiniBand node and port GUID; mlx5 applies one only when the VF's driver is bound again.
-    IbGuid { node: u64, port: u64 },
-    /// The VF's RDMA device into the pod (before the netdev, which it may be bound to).
-    RdmaIn(Found),
-    /// The netdev into the pod under CNI_IFNAME, its MTU set, up.
-    NetdevIn,
-    /// IPAM ADD: an address for the pod. Its addresses and routes live on the netdev in the pod and leave with it.
-    Ipam,
-    /// The NPWG device-info file (not begun when the file is there already: someone else's).
-    DeviceInfo(PathBuf),
-}
-
 impl Step {
-    /// The configured PF settings as steps, in the order ADD applies them: the plain settings, then the admin MAC
-    /// (so that its undo, which has the VF change its own MAC, runs before trust is restored), then the GUID.
-    pub fn plan(settings: &[VfSetting]) -> Vec<Step> {
-        let mut out: Vec<Step> = settings
-            .iter()
-            .filter(|s| !matches!(s, VfSetting::Mac(_) | VfSetting::Guid { .. }))
-            .cloned()
-            .map(Step::PfSetting)
-            .collect();
-        out.extend(settings.iter().filter_map(|s| match s {
-            VfSetting::Mac(m) => Some(Step::AdminMac(*m)),
-            _ => None,
-        }));
-        out.extend(settings.iter().filter_map(|s| match s {
-            VfSetting::Guid { node, port } => Some(Step::IbGuid { node: *node, port: *port }),
-            _ => None,
-        }));
-        out
-    }
-
-    /// What the step does, in a few words (logs, `doctor`).
-    pub fn describe(&self) -> String {
-        match self {
-            Step::PfSetting(s) => format!("{s} on the PF"),
-            Step::AdminMac(m) => format!("admin MAC {m}"),
-            Step::IbGuid { node, .. } => format!("InfiniBand GUID {}", guid_str(*node)),
-            Step::RdmaIn(d) => format!("RDMA device {} into the pod", d.name),
-            Step::NetdevIn => "netdev into the pod".into(),
-            Step::Ipam => "IPAM".into(),
-            Step::DeviceInfo(p) => format!("device-info file {}", p.display()),
-        }
-    }
-
-    /// The PF-side setting this step makes, if it makes one.
-    pub fn pf_setting(&self) -> Option<VfSetting> {
-        match self {
-            Step::PfSetting(s) => Some(s.clone()),
-            Step::AdminMac(m) => Some(VfSetting::Mac(*m)),
-            Step::IbGuid { node, port } => Some(VfSetting::Guid { node: *node, port: *port }),
-            _ => None,
-        }
-    }
-
     /// ADD's half.
     fn apply(&self, cx: &mut Apply) -> CniResult<()> {
         match self {

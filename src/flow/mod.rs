@@ -2,6 +2,7 @@
 
 pub mod add;
 pub mod admit;
+pub mod attachment;
 pub mod check;
 pub mod context;
 pub mod del;
@@ -11,6 +12,7 @@ pub mod netdev;
 pub mod orphans;
 pub mod rdma;
 pub mod record;
+pub mod signals;
 pub mod state;
 
 use crate::cni::config::{sniff_version, NetConf, Version, SUPPORTED_VERSIONS};
@@ -21,20 +23,6 @@ use crate::cni::error::{CniError, CniResult, Code};
 pub struct Outcome {
     pub stdout: String,
     pub ok: bool,
-}
-
-/// Called where state is about to change (a VF lock taken, an IPAM ADD/DEL started): from then on SIGTERM and
-/// SIGINT are ignored, since a half-done change is worse than a slow one. Before that (validation, lookups,
-/// waiting for a lock) the runtime's SIGTERM ends the plugin, which has nothing to undo yet.
-pub fn changing_state() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        use nix::sys::signal::{signal, SigHandler, Signal};
-        for s in [Signal::SIGTERM, Signal::SIGINT] {
-            // SAFETY: SIG_IGN installs no handler code.
-            let _ = unsafe { signal(s, SigHandler::SigIgn) };
-        }
-    });
 }
 
 fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Option<String>> {

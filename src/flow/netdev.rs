@@ -1,8 +1,8 @@
 //! The VF's netdev on either side, as the journal's steps need it: found in the pod whatever it is called there,
 //! moved back under its own name (or a spare one), its host-side state put back, its MAC, a driver rebind.
 
+use super::attachment::Attachment;
 use super::context::{find_host_netdev, is_ours, Host, Pod, RETURN_WAIT};
-use super::state::Attachment;
 use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::kernel::link::Link;
 use crate::kernel::netlink::errno;

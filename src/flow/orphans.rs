@@ -2,10 +2,10 @@
 //! last holder). The next ADD that wants such a VF reclaims it, and `sriov-rdma gc` does it with no runtime involved (Multus never
 //! forwards GC to a secondary plugin; containerd never calls it).
 
+use super::attachment::Attachment;
 use super::context::{find_host_netdev, not_usable, Host, Paths};
 use super::del::{finish, release};
 use super::ipam::Target;
-use super::state::Attachment;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::CniResult;

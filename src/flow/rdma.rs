@@ -1,6 +1,7 @@
 //! The VF's RDMA device in the attach/detach flow: discovery, the `rdma` policy, the netns move, the RoCE GID
 //! of each pod address, and the NPWG device-info file.
 
+use super::attachment::{Found, GidIndex};
 use crate::cni::config::RdmaPolicy;
 use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::types::PciAddr;
@@ -17,14 +18,6 @@ use std::time::{Duration, Instant};
 /// How long ADD waits for the kernel to put a pod address into the GID table.
 pub const GID_WAIT: Duration = Duration::from_secs(2);
 
-/// The VF's RDMA device as found on the host before anything moved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
-    pub name: String,
-    /// The device index RDMA netlink addresses it by; `None` without RDMA netlink.
-    pub index: Option<u32>,
-}
-
 /// What ADD does with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -34,21 +27,6 @@ pub enum Decision {
     Leave(Found, String),
     /// Move it into the pod.
     Move(Found),
-}
-
-/// What the record keeps: the device, whether it is in the pod (the move is the journal's), and the GID index of
-/// each pod address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RdmaRecord {
-    pub device: Found,
-    pub moved: bool,
-    pub gids: Vec<GidIndex>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GidIndex {
-    pub address: IpAddr,
-    pub index: u32,
 }
 
 const FIX_SHARED: &str = "run `rdma system set netns exclusive` while no other network namespace exists, \

@@ -10,9 +10,7 @@
 //! A newer format is refused rather than half understood. Every field below is named here, on purpose: the
 //! golden tests (this file's and tests/golden.rs) pin formats 0, 1 and 2 byte for byte.
 
-use super::journal::Step;
-use super::rdma::{Found, GidIndex, RdmaRecord};
-use super::state::Attachment;
+use super::attachment::{Attachment, Found, GidIndex, RdmaRecord, Step};
 use crate::kernel::link::Link;
 use crate::kernel::vf::{guid_str, planned, VfSetting, VfState};
 use crate::model::{LinkState, Mac, PciAddr, VfSettings, VlanProto};

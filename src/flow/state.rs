@@ -5,11 +5,9 @@
 //! user (any other mode is set back to 0700); no file in it is opened through a symlink, by an open that
 //! can block (a FIFO), or at all unless it is a regular file.
 
-use super::journal::Step;
+use super::attachment::Attachment;
 use crate::cni::error::{CniError, CniResult, Code, IoContext};
-use crate::kernel::link::Link;
-use crate::kernel::vf::{VfSetting, VfState};
-use crate::model::{Mac, PciAddr};
+use crate::model::PciAddr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -19,56 +17,6 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_DIR: &str = "/var/lib/cni/sriov-rdma";
 /// How long an ADD/DEL waits for another invocation on the same VF before answering "try again later".
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-
-/// One attachment, in memory; its on-disk form is [`super::record`]'s.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Attachment {
-    pub network: String,
-    pub container_id: String,
-    pub ifname: String,
-    pub netns: String,
-    pub pci: PciAddr,
-    pub pf: String,
-    pub pf_pci: PciAddr,
-    pub vf_index: u32,
-    pub driver: Option<String>,
-    /// The VF's PF-side settings before ADD; `None` when the PF reports no VF table.
-    pub vf_original: Option<VfState>,
-    /// The netdev as it was in the host before ADD; `None` for a VF bound to a userspace driver. A rebind during
-    /// ADD (mlx5 GUID, igb admin MAC) gives it a new ifindex, which is kept here.
-    pub netdev: Option<Link>,
-    /// The MTU ADD left on the pod's interface (the configured one, or what the netdev had there); older records
-    /// hold only a configured one.
-    pub mtu: Option<u32>,
-    /// True once ADD has finished; a record left `false` is the trace of an interrupted ADD.
-    pub complete: bool,
-    /// Set by a rolled-back ADD whose IPAM ADD allocated and whose IPAM DEL failed: a later DEL must not drop the
-    /// record until IPAM DEL succeeds, although the ADD never completed.
-    pub ipam_allocated: bool,
-    /// The VF's RDMA device, when it has one and `rdma` is not "off": where it is, the GIDs ADD reported.
-    pub rdma: Option<crate::flow::rdma::RdmaRecord>,
-    /// The network configuration ADD ran with, when it has IPAM: what an orphan's reclaim hands IPAM DEL.
-    pub ipam_config: Option<String>,
-    /// CNI_PATH of the ADD, where the IPAM plugin was found.
-    pub cni_path: Vec<PathBuf>,
-    /// The steps ADD began, in order; rollback, DEL and GC undo exactly these, in reverse.
-    pub journal: Vec<Step>,
-}
-
-impl Attachment {
-    /// The PF-side settings ADD began (what CHECK expects the PF to show).
-    pub fn pf_settings(&self) -> Vec<VfSetting> {
-        self.journal.iter().filter_map(Step::pf_setting).collect()
-    }
-
-    /// The admin MAC ADD set on the PF, if it did.
-    pub fn admin_mac(&self) -> Option<Mac> {
-        self.journal.iter().find_map(|s| match s {
-            Step::AdminMac(m) => Some(*m),
-            _ => None,
-        })
-    }
-}
 
 /// A record file that cannot be read (truncated by a power loss, hand-edited): its VF is neither free nor
 /// restorable from it, so it is named with the way out and never guessed at.
@@ -271,7 +219,7 @@ impl Store {
         match f.try_lock() {
             Ok(()) => {
                 // Whoever holds a VF lock is about to change it.
-                crate::flow::changing_state();
+                super::signals::changing_state();
                 Ok(Some(VfLock { _file: f }))
             }
             Err(fs::TryLockError::WouldBlock) => Ok(None),
