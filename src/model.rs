@@ -158,6 +158,22 @@ pub enum VlanProto {
 }
 
 impl VlanProto {
+    /// Its words, in the configuration (`vlanProto`) and the record: `802.1q`, `802.1ad`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VlanProto::Dot1Q => "802.1q",
+            VlanProto::Dot1Ad => "802.1ad",
+        }
+    }
+
+    /// The words [`VlanProto::as_str`] writes; `upper` also takes them in upper case (`802.1Q`, as `ip link` writes
+    /// them).
+    pub fn parse(s: &str, upper: bool) -> Option<VlanProto> {
+        [VlanProto::Dot1Q, VlanProto::Dot1Ad]
+            .into_iter()
+            .find(|p| s == p.as_str() || (upper && s == p.as_str().to_ascii_uppercase()))
+    }
+
     /// The ethertype the kernel wants in `ifla_vf_vlan_info`.
     pub fn ethertype(self) -> u16 {
         match self {
@@ -173,6 +189,55 @@ pub enum LinkState {
     Auto,
     Enable,
     Disable,
+}
+
+impl LinkState {
+    /// Its words, in the configuration (`link_state`), the record and the logs: `auto`, `enable`, `disable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkState::Auto => "auto",
+            LinkState::Enable => "enable",
+            LinkState::Disable => "disable",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LinkState> {
+        [LinkState::Auto, LinkState::Enable, LinkState::Disable].into_iter().find(|l| l.as_str() == s)
+    }
+}
+
+impl fmt::Display for LinkState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A switch in the configuration's words (`spoofchk`, `trust`): `on` or `off`.
+pub fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// The words [`on_off`] writes.
+pub fn parse_on_off(s: &str) -> Option<bool> {
+    [true, false].into_iter().find(|b| on_off(*b) == s)
+}
+
+/// An InfiniBand GUID as text: `00:11:22:33:44:55:66:77`.
+pub fn guid_str(g: u64) -> String {
+    g.to_be_bytes().iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// The text [`guid_str`] writes: eight pairs of hex digits.
+pub fn parse_guid(s: &str) -> Option<u64> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 8 || parts.iter().any(|p| p.len() != 2 || !p.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return None;
+    }
+    parts.iter().try_fold(0u64, |g, p| Some((g << 8) | u64::from(u8::from_str_radix(p, 16).ok()?)))
 }
 
 /// The PF-side settings of a VF that the configuration asks for; `None` means "leave as it is".
@@ -216,6 +281,30 @@ pub fn errno(e: &std::io::Error) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_words_of_a_setting_read_back_as_they_are_written() {
+        for p in [VlanProto::Dot1Q, VlanProto::Dot1Ad] {
+            assert_eq!(VlanProto::parse(p.as_str(), false), Some(p));
+            assert_eq!(VlanProto::parse(&p.as_str().to_ascii_uppercase(), true), Some(p));
+        }
+        assert_eq!(VlanProto::parse("802.1Q", false), None, "the record takes lower case only");
+        assert_eq!(VlanProto::parse("802.1x", true), None);
+        for l in [LinkState::Auto, LinkState::Enable, LinkState::Disable] {
+            assert_eq!(LinkState::parse(&l.to_string()), Some(l));
+        }
+        assert_eq!(LinkState::parse("Enable"), None);
+        assert_eq!((on_off(true), on_off(false)), ("on", "off"));
+        assert_eq!((parse_on_off("on"), parse_on_off("off"), parse_on_off("yes")), (Some(true), Some(false), None));
+        let g = 0x0011_2233_4455_66ff;
+        assert_eq!(guid_str(g), "00:11:22:33:44:55:66:ff");
+        assert_eq!(parse_guid(&guid_str(g)), Some(g));
+        for bad in
+            ["00:11:22:33:44:55:66", "0:11:22:33:44:55:66:77:8", "00:11:22:33:44:55:66:7g", "+0:11:22:33:44:55:66:77"]
+        {
+            assert_eq!(parse_guid(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn pci_addresses() {

@@ -135,9 +135,9 @@ impl<'a> Keys<'a> {
     fn on_off(&self, key: &str) -> CniResult<Option<bool>> {
         match self.str(key)? {
             None => Ok(None),
-            Some("on") => Ok(Some(true)),
-            Some("off") => Ok(Some(false)),
-            Some(s) => Err(bad(key, &Value::from(s), "must be \"on\" or \"off\"")),
+            Some(s) => crate::model::parse_on_off(s)
+                .map(Some)
+                .ok_or_else(|| bad(key, &Value::from(s), "must be \"on\" or \"off\"")),
         }
     }
 
@@ -156,15 +156,8 @@ fn parse_pci(key: &str, s: &str) -> CniResult<PciAddr> {
 
 /// A GUID as `00:11:22:33:44:55:66:77`; all-zero and all-FF are not GUIDs.
 fn parse_guid(key: &str, s: &str) -> CniResult<u64> {
-    let parts: Vec<&str> = s.split(':').collect();
-    let bad_guid = || bad(key, &Value::from(s), "is not a GUID like 00:11:22:33:44:55:66:77");
-    if parts.len() != 8 || parts.iter().any(|p| p.len() != 2) {
-        return Err(bad_guid());
-    }
-    let mut g = 0u64;
-    for p in parts {
-        g = (g << 8) | u64::from(u8::from_str_radix(p, 16).map_err(|_| bad_guid())?);
-    }
+    let g = crate::model::parse_guid(s)
+        .ok_or_else(|| bad(key, &Value::from(s), "is not a GUID like 00:11:22:33:44:55:66:77"))?;
     if g == 0 || g == u64::MAX {
         return Err(bad(key, &Value::from(s), "must not be all zeros or all FF"));
     }
@@ -234,9 +227,10 @@ impl NetConf {
         let vlan_qos = k.int("vlanQoS", 0, 7)?.map(|v| v as u8);
         let vlan_proto = match k.str("vlanProto")? {
             None => None,
-            Some("802.1q") | Some("802.1Q") => Some(VlanProto::Dot1Q),
-            Some("802.1ad") | Some("802.1AD") => Some(VlanProto::Dot1Ad),
-            Some(s) => return Err(bad("vlanProto", &Value::from(s), "must be \"802.1q\" or \"802.1ad\"")),
+            Some(s) => Some(
+                VlanProto::parse(s, true)
+                    .ok_or_else(|| bad("vlanProto", &Value::from(s), "must be \"802.1q\" or \"802.1ad\""))?,
+            ),
         };
         if vlan.is_none() {
             if let Some(q) = k.get("vlanQoS") {
@@ -248,10 +242,10 @@ impl NetConf {
         }
         let link_state = match k.str("link_state")? {
             None => None,
-            Some("auto") => Some(LinkState::Auto),
-            Some("enable") => Some(LinkState::Enable),
-            Some("disable") => Some(LinkState::Disable),
-            Some(s) => return Err(bad("link_state", &Value::from(s), "must be \"auto\", \"enable\" or \"disable\"")),
+            Some(s) => Some(
+                LinkState::parse(s)
+                    .ok_or_else(|| bad("link_state", &Value::from(s), "must be \"auto\", \"enable\" or \"disable\""))?,
+            ),
         };
         let min_tx_rate = k.int("min_tx_rate", 0, u32::MAX as i64)?.map(|v| v as u32);
         let max_tx_rate = k.int("max_tx_rate", 0, u32::MAX as i64)?.map(|v| v as u32);

@@ -3,8 +3,8 @@
 //! (journal.rs) applies and undoes its steps.
 
 use crate::kernel::link::Link;
-use crate::kernel::vf::{guid_str, VfSetting, VfState};
-use crate::model::{Mac, PciAddr};
+use crate::kernel::vf::{VfSetting, VfState};
+use crate::model::{guid_str, Mac, PciAddr};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -143,4 +143,44 @@ pub struct RdmaRecord {
 pub struct GidIndex {
     pub address: IpAddr,
     pub index: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LinkState, VlanProto};
+
+    #[test]
+    fn the_plan_puts_the_admin_mac_after_the_plain_settings_and_the_guid_last() {
+        let settings = vec![
+            VfSetting::Mac(Mac([2, 0, 0, 0, 0, 1])),
+            VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q },
+            VfSetting::Trust(true),
+            VfSetting::LinkState(LinkState::Enable),
+            VfSetting::Guid { node: 7, port: 7 },
+            VfSetting::Rate { min: 0, max: 10 },
+        ];
+        let plan = Step::plan(&settings);
+        assert_eq!(
+            plan,
+            vec![
+                Step::PfSetting(VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q }),
+                Step::PfSetting(VfSetting::Trust(true)),
+                Step::PfSetting(VfSetting::LinkState(LinkState::Enable)),
+                Step::PfSetting(VfSetting::Rate { min: 0, max: 10 }),
+                Step::AdminMac(Mac([2, 0, 0, 0, 0, 1])),
+                Step::IbGuid { node: 7, port: 7 },
+            ]
+        );
+        // Undone newest first: the admin MAC before trust, so the VF may still change its own MAC.
+        let undo: Vec<_> = plan.iter().rev().collect();
+        let mac_at = undo.iter().position(|s| matches!(s, Step::AdminMac(_))).unwrap();
+        let trust_at = undo.iter().position(|s| matches!(s, Step::PfSetting(VfSetting::Trust(_)))).unwrap();
+        assert!(mac_at < trust_at);
+        let mut back: Vec<VfSetting> = plan.iter().filter_map(Step::pf_setting).collect();
+        back.sort_by_key(|s| format!("{s:?}"));
+        let mut want = settings;
+        want.sort_by_key(|s| format!("{s:?}"));
+        assert_eq!(back, want, "every setting is one step");
+    }
 }

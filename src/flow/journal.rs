@@ -18,40 +18,10 @@ use crate::cni::error::{CniError, CniResult, Failures, IoContext};
 use crate::kernel::confined::{is_symlink_refusal, Confined};
 use crate::kernel::link::Link;
 use crate::kernel::rdma::RdmaSocket;
-use crate::kernel::vf::{self, guid_str, NetlinkPf, Pf, PfControl, VfSetting, VfState};
-use crate::model::{Mac, VlanProto};
+use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfSetting, VfState};
+use crate::model::Mac;
 use netlink_packet_route::link::LinkAttribute;
 use std::time::Duration;
-
-fn on_off(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
-    }
-}
-
-/// A PF-side setting in the words of the configuration keys, so an error names the key the user wrote. Here, not
-/// in the kernel layer, which speaks no configuration.
-impl std::fmt::Display for VfSetting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            VfSetting::Mac(m) => write!(f, "mac {m}"),
-            VfSetting::Vlan { vlan, qos, proto: VlanProto::Dot1Ad } => {
-                write!(f, "vlanProto 802.1ad (vlan {vlan}, vlanQoS {qos})")
-            }
-            VfSetting::Vlan { vlan, qos, .. } => write!(f, "vlan {vlan} (vlanQoS {qos})"),
-            VfSetting::SpoofChk(b) => write!(f, "spoofchk {}", on_off(*b)),
-            VfSetting::Trust(b) => write!(f, "trust {}", on_off(*b)),
-            VfSetting::LinkState(s) => write!(f, "link_state {}", format!("{s:?}").to_lowercase()),
-            VfSetting::Rate { min, max } => write!(f, "min_tx_rate {min} / max_tx_rate {max}"),
-            VfSetting::Guid { node, port } if node == port => write!(f, "infinibandGUID {}", guid_str(*node)),
-            VfSetting::Guid { node, port } => {
-                write!(f, "infinibandGUID node {} port {}", guid_str(*node), guid_str(*port))
-            }
-        }
-    }
-}
 
 impl Step {
     /// ADD's half.
@@ -515,62 +485,5 @@ impl Unwind<'_> {
         self.pf_now = None;
         // A rebind during ADD (igb) brought the netdev back with the driver's defaults.
         self.restore_host(true, Duration::ZERO);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::LinkState;
-
-    #[test]
-    fn settings_render_as_config_keys() {
-        let s = |v: VfSetting| v.to_string();
-        assert_eq!(
-            s(VfSetting::Vlan { vlan: 5, qos: 0, proto: VlanProto::Dot1Ad }),
-            "vlanProto 802.1ad (vlan 5, vlanQoS 0)"
-        );
-        assert_eq!(s(VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q }), "vlan 100 (vlanQoS 3)");
-        assert_eq!(s(VfSetting::LinkState(LinkState::Enable)), "link_state enable");
-        assert_eq!(s(VfSetting::Rate { min: 10, max: 90 }), "min_tx_rate 10 / max_tx_rate 90");
-        assert_eq!(
-            s(VfSetting::Guid { node: 0x0011_2233_4455_6677, port: 0x0011_2233_4455_6677 }),
-            "infinibandGUID 00:11:22:33:44:55:66:77"
-        );
-        assert_eq!(s(VfSetting::Trust(false)), "trust off");
-    }
-
-    #[test]
-    fn the_plan_puts_the_admin_mac_after_the_plain_settings_and_the_guid_last() {
-        let settings = vec![
-            VfSetting::Mac(Mac([2, 0, 0, 0, 0, 1])),
-            VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q },
-            VfSetting::Trust(true),
-            VfSetting::LinkState(LinkState::Enable),
-            VfSetting::Guid { node: 7, port: 7 },
-            VfSetting::Rate { min: 0, max: 10 },
-        ];
-        let plan = Step::plan(&settings);
-        assert_eq!(
-            plan,
-            vec![
-                Step::PfSetting(VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q }),
-                Step::PfSetting(VfSetting::Trust(true)),
-                Step::PfSetting(VfSetting::LinkState(LinkState::Enable)),
-                Step::PfSetting(VfSetting::Rate { min: 0, max: 10 }),
-                Step::AdminMac(Mac([2, 0, 0, 0, 0, 1])),
-                Step::IbGuid { node: 7, port: 7 },
-            ]
-        );
-        // Undone newest first: the admin MAC before trust, so the VF may still change its own MAC.
-        let undo: Vec<_> = plan.iter().rev().collect();
-        let mac_at = undo.iter().position(|s| matches!(s, Step::AdminMac(_))).unwrap();
-        let trust_at = undo.iter().position(|s| matches!(s, Step::PfSetting(VfSetting::Trust(_)))).unwrap();
-        assert!(mac_at < trust_at);
-        let mut back: Vec<VfSetting> = plan.iter().filter_map(Step::pf_setting).collect();
-        back.sort_by_key(|s| format!("{s:?}"));
-        let mut want = settings;
-        want.sort_by_key(|s| format!("{s:?}"));
-        assert_eq!(back, want, "every setting is one step");
     }
 }

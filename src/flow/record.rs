@@ -12,8 +12,8 @@
 
 use super::attachment::{Attachment, Found, GidIndex, RdmaRecord, Step};
 use crate::kernel::link::Link;
-use crate::kernel::vf::{guid_str, planned, VfSetting, VfState};
-use crate::model::{LinkState, Mac, PciAddr, VfSettings, VlanProto};
+use crate::kernel::vf::{planned, VfSetting, VfState};
+use crate::model::{guid_str, parse_guid, LinkState, Mac, PciAddr, VfSettings, VlanProto};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -216,48 +216,19 @@ fn mac(s: &str) -> Result<Mac, String> {
 
 /// `00:11:22:33:44:55:66:77`, as `guid_str` writes it.
 fn guid(s: &str) -> Result<u64, String> {
-    let bytes: Vec<u8> =
-        s.split(':').map(|b| u8::from_str_radix(b, 16)).collect::<Result<_, _>>().map_err(|_| bad("GUID", s))?;
-    let b: [u8; 8] = bytes.try_into().map_err(|_| bad("GUID", s))?;
-    Ok(u64::from_be_bytes(b))
+    parse_guid(s).ok_or_else(|| bad("GUID", s))
 }
 
 fn pci(s: &str) -> Result<PciAddr, String> {
     PciAddr::parse(s).map_err(|_| bad("PCI address", s))
 }
 
-fn proto_str(p: VlanProto) -> String {
-    match p {
-        VlanProto::Dot1Q => "802.1q",
-        VlanProto::Dot1Ad => "802.1ad",
-    }
-    .into()
-}
-
 fn proto(s: &str) -> Result<VlanProto, String> {
-    match s {
-        "802.1q" => Ok(VlanProto::Dot1Q),
-        "802.1ad" => Ok(VlanProto::Dot1Ad),
-        _ => Err(bad("VLAN protocol", s)),
-    }
-}
-
-fn state_str(s: LinkState) -> String {
-    match s {
-        LinkState::Auto => "auto",
-        LinkState::Enable => "enable",
-        LinkState::Disable => "disable",
-    }
-    .into()
+    VlanProto::parse(s, false).ok_or_else(|| bad("VLAN protocol", s))
 }
 
 fn state(s: &str) -> Result<LinkState, String> {
-    match s {
-        "auto" => Ok(LinkState::Auto),
-        "enable" => Ok(LinkState::Enable),
-        "disable" => Ok(LinkState::Disable),
-        _ => Err(bad("link state", s)),
-    }
+    LinkState::parse(s).ok_or_else(|| bad("link state", s))
 }
 
 impl VfRow {
@@ -266,10 +237,10 @@ impl VfRow {
             mac: s.mac.map(|m| m.to_string()),
             vlan: s.vlan,
             qos: s.qos,
-            vlan_proto: s.vlan_proto.map(proto_str),
+            vlan_proto: s.vlan_proto.map(|p| p.as_str().to_string()),
             spoofchk: s.spoofchk,
             trust: s.trust,
-            link_state: s.link_state.map(state_str),
+            link_state: s.link_state.map(|l| l.as_str().to_string()),
             min_tx_rate: s.min_tx_rate,
             max_tx_rate: s.max_tx_rate,
             node_guid: s.node_guid.map(guid_str),
@@ -337,11 +308,11 @@ impl StepV2 {
     fn of(s: &Step) -> StepV2 {
         match s {
             Step::PfSetting(VfSetting::Vlan { vlan, qos, proto }) => {
-                StepV2::Vlan { vlan: *vlan, qos: *qos, proto: proto_str(*proto) }
+                StepV2::Vlan { vlan: *vlan, qos: *qos, proto: proto.as_str().to_string() }
             }
             Step::PfSetting(VfSetting::SpoofChk(on)) => StepV2::Spoofchk { on: *on },
             Step::PfSetting(VfSetting::Trust(on)) => StepV2::Trust { on: *on },
-            Step::PfSetting(VfSetting::LinkState(s)) => StepV2::LinkState { state: state_str(*s) },
+            Step::PfSetting(VfSetting::LinkState(s)) => StepV2::LinkState { state: s.as_str().to_string() },
             Step::PfSetting(VfSetting::Rate { min, max }) => StepV2::TxRate { min: *min, max: *max },
             // Steps of their own in the journal; never built as a PfSetting (see Step::plan).
             Step::PfSetting(VfSetting::Mac(m)) | Step::AdminMac(m) => StepV2::AdminMac { mac: m.to_string() },

@@ -1,11 +1,14 @@
-//! PF-side settings of a VF: read from the PF's VF table, applied one by one, restored idempotently. The words a
-//! user reads about a setting (its configuration key) are the flow's (journal.rs), not this layer's.
+//! PF-side settings of a VF, each in one place: [`VfSetting`] is what one change means (its netlink encoding, whether
+//! the PF's row holds it, its original value, its words: the configuration key it came from), [`VfState`] and
+//! [`state_from_table`] how the PF's row shows it, [`planned`] the configuration's values as changes. Read from the
+//! PF's VF table, applied one by one, restored idempotently. docs/adding-a-vf-setting.md lists what a new one
+//! touches.
 //!
 //! Everything goes through [`PfControl`], so the apply/rollback logic is tested here with a recording fake
 //! and for real against the emulated SR-IOV NIC (a veth PF answers EOPNOTSUPP).
 
 use super::link::RouteSocket;
-use crate::model::{LinkState, Mac, VfSettings, VlanProto};
+use crate::model::{guid_str, on_off, LinkState, Mac, VfSettings, VlanProto};
 use netlink_packet_route::link::{
     LinkAttribute, LinkVfInfo, VfInfo, VfInfoGuid, VfInfoLinkState, VfInfoMac, VfInfoRate, VfInfoSpoofCheck,
     VfInfoTrust, VfInfoVlan, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
@@ -41,11 +44,6 @@ pub enum VfSetting {
     LinkState(LinkState),
     Rate { min: u32, max: u32 },
     Guid { node: u64, port: u64 },
-}
-
-/// `00:11:22:33:44:55:66:77`.
-pub fn guid_str(g: u64) -> String {
-    g.to_be_bytes().iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 impl VfSetting {
@@ -108,6 +106,27 @@ impl VfSetting {
             VfSetting::Rate { .. } => VfSetting::Rate { min: orig.min_tx_rate, max: orig.max_tx_rate },
             VfSetting::Guid { .. } => VfSetting::Guid { node: orig.node_guid?, port: orig.port_guid? },
         })
+    }
+}
+
+/// The setting in the words of its configuration keys, so an error or a log line names the key the user wrote.
+impl std::fmt::Display for VfSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VfSetting::Mac(m) => write!(f, "mac {m}"),
+            VfSetting::Vlan { vlan, qos, proto: p @ VlanProto::Dot1Ad } => {
+                write!(f, "vlanProto {} (vlan {vlan}, vlanQoS {qos})", p.as_str())
+            }
+            VfSetting::Vlan { vlan, qos, .. } => write!(f, "vlan {vlan} (vlanQoS {qos})"),
+            VfSetting::SpoofChk(b) => write!(f, "spoofchk {}", on_off(*b)),
+            VfSetting::Trust(b) => write!(f, "trust {}", on_off(*b)),
+            VfSetting::LinkState(s) => write!(f, "link_state {s}"),
+            VfSetting::Rate { min, max } => write!(f, "min_tx_rate {min} / max_tx_rate {max}"),
+            VfSetting::Guid { node, port } if node == port => write!(f, "infinibandGUID {}", guid_str(*node)),
+            VfSetting::Guid { node, port } => {
+                write!(f, "infinibandGUID node {} port {}", guid_str(*node), guid_str(*port))
+            }
+        }
     }
 }
 
@@ -283,6 +302,23 @@ pub mod fake {
 mod tests {
     use super::fake::RecordingPf;
     use super::*;
+
+    #[test]
+    fn settings_render_as_config_keys() {
+        let s = |v: VfSetting| v.to_string();
+        assert_eq!(
+            s(VfSetting::Vlan { vlan: 5, qos: 0, proto: VlanProto::Dot1Ad }),
+            "vlanProto 802.1ad (vlan 5, vlanQoS 0)"
+        );
+        assert_eq!(s(VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q }), "vlan 100 (vlanQoS 3)");
+        assert_eq!(s(VfSetting::LinkState(LinkState::Enable)), "link_state enable");
+        assert_eq!(s(VfSetting::Rate { min: 10, max: 90 }), "min_tx_rate 10 / max_tx_rate 90");
+        assert_eq!(
+            s(VfSetting::Guid { node: 0x0011_2233_4455_6677, port: 0x0011_2233_4455_6677 }),
+            "infinibandGUID 00:11:22:33:44:55:66:77"
+        );
+        assert_eq!(s(VfSetting::Trust(false)), "trust off");
+    }
 
     fn pf() -> Pf {
         Pf { name: "ens1f0".into(), index: 4 }
