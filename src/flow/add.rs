@@ -8,7 +8,7 @@
 use super::attachment::{Attachment, GidIndex, RdmaRecord, Step};
 use super::context::{not_usable, Host, Paths, Pod};
 use super::ipam::{self, Target};
-use super::journal::{unwind, Apply};
+use super::journal::{unwind, Apply, Session};
 use super::orphans::{vf_after_reclaim, whereabouts, Whereabouts};
 use super::rdma;
 use super::state::VfLock;
@@ -177,11 +177,11 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
         vf.index,
         env.netns
     );
-    let mut cx = Apply::new(&mut host, &mut pod, conf, env, pf, rec, rdma_sock);
+    let mut cx = Apply::new(Session { host: &mut host, conf, env }, &mut pod, pf, rec, rdma_sock);
     let attached = attach(&mut cx, &plan, move_rdma).and_then(|result| {
         // Not complete until the record says so: a record that cannot be written is a failed ADD.
         cx.rec.complete = true;
-        cx.host.store.save_durable(&cx.rec).map(|_| result).inspect_err(|_| cx.rec.complete = false)
+        cx.s.host.store.save_durable(&cx.rec).map(|_| result).inspect_err(|_| cx.rec.complete = false)
     });
     match attached {
         Ok(result) => Ok(result),
@@ -194,8 +194,8 @@ fn rollback(mut cx: Apply, e: CniError) -> CniResult<AttachResult> {
     crate::warn!("ADD {}/{} failed, rolling back: {e}", cx.rec.container_id, cx.rec.ifname);
     cx.settle_ipam();
     let allocated = cx.ipam_allocated;
-    let Apply { host, pod, conf, env, mut rec, .. } = cx;
-    let undone = unwind(host, Some(pod), &rec, conf, env, Target::of_env(env), allocated);
+    let Apply { s: Session { host, conf, env }, pod, mut rec, .. } = cx;
+    let undone = unwind(Session { host: &mut *host, conf, env }, Some(pod), &rec, Target::of_env(env), allocated);
     match undone.failures.into_error("rollback incomplete, DEL will retry") {
         None => {
             host.store.remove(&rec.pci)?;
@@ -258,7 +258,7 @@ fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<
     if let Some(dev) = cx.rec.rdma.as_ref().filter(|_| move_rdma).map(|r| r.device.clone()) {
         cx.run(Step::RdmaIn(dev))?;
     }
-    let (ipam, overlap) = (cx.conf.ipam.is_some(), ipam::can_overlap(cx.conf));
+    let (ipam, overlap) = (cx.s.conf.ipam.is_some(), ipam::can_overlap(cx.s.conf));
     // IPAM runs while the kernel moves the netdev, except DHCP, which needs the interface in the pod.
     if ipam && overlap {
         cx.run(Step::Ipam)?;
@@ -270,7 +270,7 @@ fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<
         cx.run(Step::Ipam)?;
     }
     let out = cx.ipam_output()?;
-    let (conf, env) = (cx.conf, cx.env);
+    let (conf, env) = (cx.s.conf, cx.s.env);
     let mut result = if ipam { AttachResult::from_ipam(&out)? } else { AttachResult::default() };
     if let Some(l) = &cx.moved {
         if result.ips.iter().any(|ip| ip.address.addr.is_ipv6()) {
@@ -295,7 +295,7 @@ fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<
         settle_ipv6(cx.pod, l.index, &env.ifname, &env.netns)?;
     }
     if let Some(dev) = cx.rec.rdma.as_ref().map(|r| r.device.name.clone()) {
-        let gids = roce_gids(cx.host, cx.pod, conf, env, &dev, &result)?;
+        let gids = roce_gids(cx.s.host, cx.pod, conf, env, &dev, &result)?;
         if let Some(r) = cx.rec.rdma.as_mut() {
             r.gids = gids;
         }

@@ -4,7 +4,7 @@
 use super::attachment::Attachment;
 use super::context::{find_host_netdev, Host, Paths, Pod, RETURN_WAIT};
 use super::ipam::{self, Target};
-use super::journal::{unwind, Undone};
+use super::journal::{unwind, Session, Undone};
 use super::state::Store;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
@@ -64,7 +64,7 @@ pub fn release(
         came_back(host, rec, netns)?;
     }
     // An ADD that never finished may never have had an address: its failed IPAM DEL does not hold the VF.
-    Ok(unwind(host, pod.as_mut(), rec, conf, env, target, rec.complete || rec.ipam_allocated))
+    Ok(unwind(Session { host, conf, env }, pod.as_mut(), rec, target, rec.complete || rec.ipam_allocated))
 }
 
 /// From a namespace whose path is gone the kernel hands a kernel-driver VF back only once the namespace is

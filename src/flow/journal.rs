@@ -30,7 +30,7 @@ impl Step {
             Step::PfSetting(s) => cx.set_on_pf(s),
             Step::AdminMac(mac) => {
                 cx.set_on_pf(&VfSetting::Mac(*mac))?;
-                netdev::take_admin_mac(cx.host, &mut cx.rec, *mac)
+                netdev::take_admin_mac(cx.s.host, &mut cx.rec, *mac)
             }
             Step::IbGuid { node, port } => {
                 cx.set_on_pf(&VfSetting::Guid { node: *node, port: *port })?;
@@ -41,7 +41,7 @@ impl Step {
             }
             Step::RdmaIn(dev) => {
                 let Some(sock) = cx.rdma_sock.as_mut() else { return Ok(()) };
-                let moved = rdma::move_in(sock, cx.conf.rdma, dev, cx.pod.ns.fd(), &cx.env.netns)?;
+                let moved = rdma::move_in(sock, cx.s.conf.rdma, dev, cx.pod.ns.fd(), &cx.s.env.netns)?;
                 if let Some(r) = cx.rec.rdma.as_mut() {
                     r.moved = moved;
                 }
@@ -49,21 +49,21 @@ impl Step {
             }
             Step::NetdevIn => cx.move_into_pod(),
             Step::Ipam => {
-                let target = Target::of_env(cx.env);
-                cx.ipam = if ipam::can_overlap(cx.conf) {
+                let target = Target::of_env(cx.s.env);
+                cx.ipam = if ipam::can_overlap(cx.s.conf) {
                     // Runs while the kernel moves the netdev (mostly an RCU wait); waited for by ipam_output.
-                    match ipam::spawn(cx.conf, cx.env, "ADD", &target)? {
+                    match ipam::spawn(cx.s.conf, cx.s.env, "ADD", &target)? {
                         Some(p) => Ipam::Pending(p),
                         None => Ipam::Done(Ok(Vec::new())),
                     }
                 } else {
-                    Ipam::Done(ipam::exec(cx.conf, cx.env, "ADD", &target))
+                    Ipam::Done(ipam::exec(cx.s.conf, cx.s.env, "ADD", &target))
                 };
                 Ok(())
             }
             Step::DeviceInfo(path) => {
                 let dev = cx.rec.rdma.as_ref().map(|r| r.device.name.as_str());
-                rdma::write_device_info(&cx.host.devinfo_dir, path, &cx.rec.pci, &cx.rec.pf_pci, dev)
+                rdma::write_device_info(&cx.s.host.devinfo_dir, path, &cx.rec.pci, &cx.rec.pf_pci, dev)
                     .ctx(|| format!("writing the device-info file {}", path.display()))?;
                 Ok(())
             }
@@ -81,7 +81,7 @@ impl Step {
                 u.restore_on_pf(&VfSetting::Guid { node: *node, port: *port });
                 if u.rec.driver.as_deref() == Some("mlx5_core") {
                     // mlx5 takes the restored GUID only when bound again; the netdev comes back with driver defaults.
-                    match u.host.sysfs.rebind(&u.rec.pci) {
+                    match u.s.host.sysfs.rebind(&u.rec.pci) {
                         Ok(()) => u.restore_host(true, RETURN_WAIT),
                         Err(e) => u.fail(CniError::from_io(
                             format!("rebinding VF {} to mlx5_core to restore its GUID", u.rec.pci),
@@ -93,7 +93,7 @@ impl Step {
             Step::RdmaIn(dev) => {
                 // From a destroyed namespace the kernel returns the device by itself.
                 if let Some(pod) = u.pod.as_deref() {
-                    if let Err(e) = rdma::move_out(&pod.ns, u.host.ns.fd(), dev) {
+                    if let Err(e) = rdma::move_out(&pod.ns, u.s.host.ns.fd(), dev) {
                         u.fail(e);
                     }
                 }
@@ -101,7 +101,7 @@ impl Step {
             Step::NetdevIn => {
                 if let (Some(pod), Some(orig)) = (u.pod.as_deref_mut(), u.rec.netdev.as_ref()) {
                     match netdev::find_in_pod(pod, u.rec) {
-                        Ok(Some(l)) => match netdev::move_back(u.host, pod, u.rec, orig, &l) {
+                        Ok(Some(l)) => match netdev::move_back(u.s.host, pod, u.rec, orig, &l) {
                             Ok(name) => u.host_name = Some(name),
                             Err(e) => u.failures.push(e),
                         },
@@ -114,16 +114,16 @@ impl Step {
                 u.restore_host(mac, Duration::ZERO);
             }
             Step::Ipam => {
-                let started = ipam::spawn(u.conf, u.env, "DEL", &u.target);
+                let started = ipam::spawn(u.s.conf, u.s.env, "DEL", &u.target);
                 match started {
-                    Ok(Some(p)) if ipam::can_overlap(u.conf) => u.ipam = Some(p),
+                    Ok(Some(p)) if ipam::can_overlap(u.s.conf) => u.ipam = Some(p),
                     Ok(Some(p)) => u.ipam_done(p.wait()),
                     Ok(None) => {}
                     Err(e) => u.ipam_done(Err(e)),
                 }
             }
             Step::DeviceInfo(path) => {
-                if let Err(e) = remove_device_info(&u.host.devinfo_dir, path, u.rec) {
+                if let Err(e) = remove_device_info(&u.s.host.devinfo_dir, path, u.rec) {
                     u.fail(e);
                 }
             }
@@ -167,12 +167,18 @@ enum Ipam<'a> {
     Done(CniResult<Vec<u8>>),
 }
 
-/// What ADD's steps work with.
-pub struct Apply<'a> {
+/// What every step, applied or undone, works with: the host side, the network configuration and the invocation's
+/// environment (for DEL and GC, the one the undo runs under).
+pub struct Session<'a> {
     pub host: &'a mut Host,
-    pub pod: &'a mut Pod,
     pub conf: &'a NetConf,
     pub env: &'a CniEnv,
+}
+
+/// What ADD's steps work with.
+pub struct Apply<'a> {
+    pub s: Session<'a>,
+    pub pod: &'a mut Pod,
     pub pf: Pf,
     pub rec: Attachment,
     pub rdma_sock: Option<RdmaSocket>,
@@ -184,23 +190,14 @@ pub struct Apply<'a> {
 }
 
 impl<'a> Apply<'a> {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        host: &'a mut Host,
-        pod: &'a mut Pod,
-        conf: &'a NetConf,
-        env: &'a CniEnv,
-        pf: Pf,
-        rec: Attachment,
-        rdma_sock: Option<RdmaSocket>,
-    ) -> Self {
-        Apply { host, pod, conf, env, pf, rec, rdma_sock, ipam: Ipam::NotStarted, ipam_allocated: false, moved: None }
+    pub fn new(s: Session<'a>, pod: &'a mut Pod, pf: Pf, rec: Attachment, rdma_sock: Option<RdmaSocket>) -> Self {
+        Apply { s, pod, pf, rec, rdma_sock, ipam: Ipam::NotStarted, ipam_allocated: false, moved: None }
     }
 
     /// Writes the step into the record, then applies it.
     pub fn run(&mut self, step: Step) -> CniResult<()> {
         self.rec.journal.push(step.clone());
-        self.host.store.save(&self.rec)?;
+        self.s.host.store.save(&self.rec)?;
         step.apply(self)
     }
 
@@ -211,7 +208,7 @@ impl<'a> Apply<'a> {
             Ipam::Pending(p) => p.wait(),
             Ipam::Done(out) => out,
         };
-        self.ipam_allocated = out.is_ok() && self.conf.ipam.is_some();
+        self.ipam_allocated = out.is_ok() && self.s.conf.ipam.is_some();
         out
     }
 
@@ -226,7 +223,7 @@ impl<'a> Apply<'a> {
 
     fn set_on_pf(&mut self, s: &VfSetting) -> CniResult<()> {
         let vf = self.rec.vf_index;
-        NetlinkPf(&mut self.host.route)
+        NetlinkPf(&mut self.s.host.route)
             .apply(&self.pf, vf, s)
             .ctx(|| format!("setting {s} on VF {vf} of PF {}", self.pf.name))
     }
@@ -234,10 +231,10 @@ impl<'a> Apply<'a> {
     /// mlx5 applies a new GUID only after the VF driver is rebound; the netdev and RDMA device come back with
     /// new indexes (and possibly names), so both are looked up again. Exercised by fakes only: no mlx5 here.
     fn refresh_after_rebind(&mut self) -> CniResult<()> {
-        netdev::rebind(self.host, &mut self.rec, "to apply its GUID")?;
+        netdev::rebind(self.s.host, &mut self.rec, "to apply its GUID")?;
         if let (Some(r), Some(sock)) = (self.rec.rdma.as_mut(), self.rdma_sock.as_mut()) {
             let name =
-                self.host.sysfs.rdma_devices_of(&self.rec.pci).into_iter().next().unwrap_or(r.device.name.clone());
+                self.s.host.sysfs.rdma_devices_of(&self.rec.pci).into_iter().next().unwrap_or(r.device.name.clone());
             let index = sock.devices().ctx(|| "listing RDMA devices".to_string())?.into_iter().find(|d| d.name == name);
             r.device = Found { name, index: index.map(|d| d.index) };
         }
@@ -246,9 +243,10 @@ impl<'a> Apply<'a> {
 
     /// Moves the netdev into the pod under CNI_IFNAME (one message), then MTU and up.
     fn move_into_pod(&mut self) -> CniResult<()> {
-        let (rec, env) = (&self.rec, self.env);
+        let (rec, env) = (&self.rec, self.s.env);
         let Some(orig) = &rec.netdev else { return Ok(()) };
-        self.host
+        self.s
+            .host
             .route
             .move_link(orig.index, self.pod.ns.fd(), &env.ifname)
             .ctx(|| format!("moving VF {} ({}) into {} as {}", rec.pci, orig.name, env.netns, env.ifname))?;
@@ -260,14 +258,14 @@ impl<'a> Apply<'a> {
             .ok_or_else(|| CniError::io(format!("VF {} vanished after the move into {}", rec.pci, env.netns)))?;
         // The MAC needs nothing here: an admin MAC was made the netdev's own before the move (take_admin_mac).
         let mut attrs = Vec::new();
-        if let Some(mtu) = self.conf.mtu.filter(|m| *m != l.mtu) {
+        if let Some(mtu) = self.s.conf.mtu.filter(|m| *m != l.mtu) {
             attrs.push(LinkAttribute::Mtu(mtu));
         }
         self.pod
             .route
             .set_link(l.index, attrs, Some(true))
             .ctx(|| format!("setting the MTU and bringing up {} in {}", env.ifname, env.netns))?;
-        let mtu = self.conf.mtu.unwrap_or(l.mtu);
+        let mtu = self.s.conf.mtu.unwrap_or(l.mtu);
         // CHECK compares with what ADD left, which after a driver rebind is the driver's default.
         self.rec.mtu = Some(mtu);
         self.moved = Some(Link { mtu, ..l });
@@ -284,12 +282,10 @@ pub struct Undone {
 
 /// What DEL's steps work with.
 pub struct Unwind<'a> {
-    host: &'a mut Host,
+    s: Session<'a>,
     /// `None` when the pod namespace is gone: the kernel hands the VF back by itself.
     pod: Option<&'a mut Pod>,
     rec: &'a Attachment,
-    conf: &'a NetConf,
-    env: &'a CniEnv,
     target: Target<'a>,
     /// Whether a failed IPAM DEL keeps the record: not when IPAM ADD never allocated.
     ipam_counts: bool,
@@ -308,22 +304,18 @@ pub struct Unwind<'a> {
 
 /// Undoes the record's journal, newest step first. IPAM DEL, a separate process that touches nothing the other
 /// steps do, is started first and waited for last, unless the IPAM type needs the interface (DHCP).
-#[allow(clippy::too_many_arguments)]
 pub fn unwind<'a>(
-    host: &'a mut Host,
+    s: Session<'a>,
     pod: Option<&'a mut Pod>,
     rec: &'a Attachment,
-    conf: &'a NetConf,
-    env: &'a CniEnv,
     target: Target<'a>,
     ipam_counts: bool,
 ) -> Undone {
+    let alongside = ipam::can_overlap(s.conf);
     let mut u = Unwind {
-        host,
+        s,
         pod,
         rec,
-        conf,
-        env,
         target,
         ipam_counts,
         ipam: None,
@@ -334,7 +326,6 @@ pub fn unwind<'a>(
         missing_said: false,
         failures: Failures::default(),
     };
-    let alongside = ipam::can_overlap(conf);
     if alongside {
         for (i, s) in rec.journal.iter().enumerate().filter(|(_, s)| **s == Step::Ipam) {
             s.undo(&mut u, &rec.journal[..i]);
@@ -375,7 +366,7 @@ impl Unwind<'_> {
             return Ok(pf.clone());
         }
         let pf =
-            self.host.pf(&self.rec.pf).map_err(|e| e.context(format!("restoring VF {} settings", self.rec.pci)))?;
+            self.s.host.pf(&self.rec.pf).map_err(|e| e.context(format!("restoring VF {} settings", self.rec.pci)))?;
         Ok(self.pf.insert(pf).clone())
     }
 
@@ -388,7 +379,7 @@ impl Unwind<'_> {
             Err(e) => return self.fail(e),
         };
         let vf = self.rec.vf_index;
-        let mut ctl = NetlinkPf(&mut self.host.route);
+        let mut ctl = NetlinkPf(&mut self.s.host.route);
         let now = self.pf_now.get_or_insert_with(|| ctl.vf_state(&pf, vf).ok().flatten());
         if let Err(e) = vf::restore(&mut ctl, &pf, vf, s, orig, now.as_ref()) {
             let back = s.original(orig).map(|b| b.to_string()).unwrap_or_default();
@@ -403,7 +394,7 @@ impl Unwind<'_> {
         let name = self.host_name.clone()?;
         let wait = if self.pod.is_none() && !self.waited { RETURN_WAIT.max(wait) } else { wait };
         self.waited |= self.pod.is_none();
-        match find_host_netdev(self.host, self.rec, &name, wait) {
+        match find_host_netdev(self.s.host, self.rec, &name, wait) {
             Ok(l) => l,
             Err(e) => {
                 self.fail(e);
@@ -416,11 +407,11 @@ impl Unwind<'_> {
     fn restore_host(&mut self, mac: bool, wait: Duration) {
         let Some(orig) = self.rec.netdev.as_ref() else { return };
         match self.host_netdev(wait) {
-            Some(cur) => match netdev::restore_on_host(self.host, self.rec, orig, &cur, mac) {
+            Some(cur) => match netdev::restore_on_host(self.s.host, self.rec, orig, &cur, mac) {
                 Ok(name) => self.host_name = Some(name),
                 Err(e) => self.fail(e),
             },
-            None if !self.host.sysfs.pci_dir(&self.rec.pci).exists() => crate::warn!(
+            None if !self.s.host.sysfs.pci_dir(&self.rec.pci).exists() => crate::warn!(
                 "VF {} ({}) is gone from sysfs (its VFs disabled?); nothing left to restore",
                 self.rec.pci,
                 orig.name
@@ -443,11 +434,11 @@ impl Unwind<'_> {
     /// the bind of a rebind (admin MAC, GUID) leaves it so. True when it bound it (its netdev then comes back).
     fn bind_if_unbound(&mut self) -> bool {
         let Some(driver) = self.rec.driver.as_deref() else { return false };
-        if self.host.sysfs.driver(&self.rec.pci).is_some() {
+        if self.s.host.sysfs.driver(&self.rec.pci).is_some() {
             return false;
         }
         crate::warn!("VF {} is bound to no driver (a rebind was interrupted); binding it to {driver}", self.rec.pci);
-        match self.host.sysfs.bind(&self.rec.pci, driver) {
+        match self.s.host.sysfs.bind(&self.rec.pci, driver) {
             Ok(()) => true,
             Err(e) => {
                 self.fail(CniError::from_io(format!("binding VF {} to {driver} again", self.rec.pci), &e));
@@ -473,10 +464,10 @@ impl Unwind<'_> {
             Err(e) => return self.fail(e),
         };
         let zero = Mac([0; 6]);
-        if let Err(e) = NetlinkPf(&mut self.host.route).apply(&pf, self.rec.vf_index, &VfSetting::Mac(zero)) {
+        if let Err(e) = NetlinkPf(&mut self.s.host.route).apply(&pf, self.rec.vf_index, &VfSetting::Mac(zero)) {
             crate::debug!("VF {}: clearing the admin MAC on PF {}: {e}", self.rec.pci, pf.name);
         }
-        if let Err(e) = netdev::set_own_mac(self.host, self.rec, &cur, true) {
+        if let Err(e) = netdev::set_own_mac(self.s.host, self.rec, &cur, true) {
             self.fail(e);
         }
         if self.rec.vf_original.as_ref().and_then(|o| o.mac).is_some_and(|o| o != zero) {
