@@ -320,3 +320,83 @@ fn an_unreadable_record_skips_its_vf_and_names_the_way_out() {
     bed.run("DEL", "c1", &ns, "net1", &by_pf).ok();
     std::fs::remove_file(&rec0).unwrap();
 }
+
+/// What a process is blocked in: the number of the system call /proc/PID/syscall shows, if it is in one.
+fn in_syscall(pid: u32) -> Option<i64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// The SigIgn mask of a process (/proc/PID/status).
+fn ignored_signals(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("reading /proc/PID/status");
+    let hex = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).expect("SigIgn in /proc/PID/status");
+    u64::from_str_radix(hex.trim(), 16).expect("SigIgn is hex")
+}
+
+#[test]
+fn gc_dry_run_waiting_for_a_busy_vf_ends_on_sigterm() {
+    let mut bed = Bed::new("osg", 2);
+    let mut added = Vec::new();
+    for (i, (pci, _)) in bed.vfs.clone().iter().enumerate() {
+        let ns = bed.netns();
+        let conf = conf_dev("1.0.0", pci, "");
+        bed.run("ADD", &format!("c{i}"), &ns, "net1", &conf).ok();
+        added.push((format!("c{i}"), ns, conf));
+    }
+    // gc goes through the records in the order the state directory lists them: with the second one's VF locked, it
+    // looks at the first VF (under its lock, as ADD and DEL take it), then waits for the second.
+    let mut records: Vec<String> = std::fs::read_dir(&bed.state)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).map(String::from))
+        .collect();
+    assert_eq!(records.len(), 2, "two attachments recorded");
+    let second = records.remove(1);
+    let held = std::fs::OpenOptions::new().write(true).open(bed.state.join(format!("{second}.lock"))).unwrap();
+    held.try_lock().expect("taking the second VF's lock");
+
+    let mut gc = Command::new(env!("CARGO_BIN_EXE_sriov-rdma"))
+        .args(["gc", "--dry-run"])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("SRIOV_RDMA_SYSFS", &bed.sysfs)
+        .env("SRIOV_RDMA_STATE_DIR", &bed.state)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting sriov-rdma gc --dry-run");
+    let pid = gc.id();
+    // The lock wait sleeps between tries (nanosleep 35, clock_nanosleep 230); nothing else in gc sleeps.
+    let waiting = (0..800).any(|_| {
+        let sleeping = matches!(in_syscall(pid), Some(35 | 230));
+        if !sleeping {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        sleeping
+    });
+    let sigign = ignored_signals(pid);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = gc.try_wait().expect("waiting for gc") {
+            break Some(s);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(5) {
+            let _ = gc.kill();
+            let _ = gc.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(waiting, "gc --dry-run never waited for the busy VF");
+    assert_eq!(sigign & (1 << (libc::SIGTERM - 1)), 0, "gc --dry-run ignores SIGTERM (SigIgn {sigign:016x})");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.and_then(|s| s.signal()), Some(libc::SIGTERM), "gc --dry-run outlived SIGTERM");
+    assert_eq!(bed.records().len(), 2, "--dry-run changed nothing");
+    drop(held);
+    for (cid, ns, conf) in &added {
+        bed.run("DEL", cid, ns, "net1", conf).ok();
+    }
+    assert!(bed.records().is_empty());
+}

@@ -5,6 +5,7 @@ use super::attachment::Attachment;
 use super::context::{find_host_netdev, Host, Paths, Pod, RETURN_WAIT};
 use super::ipam::{self, Target};
 use super::journal::{unwind, Session, Undone};
+use super::signals::changing_state;
 use super::state::Store;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
@@ -14,6 +15,8 @@ pub fn del(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let mut host = Host::open(paths)?;
     let Some(found) = host.store.find(&conf.name, &env.container_id, &env.ifname)? else {
         crate::debug!("DEL {}/{}: no attachment recorded", env.container_id, env.ifname);
+        // IPAM DEL releases an address: state changes, SIGTERM is ignored.
+        changing_state();
         return ipam::exec(conf, env, "DEL", &Target::of_env(env)).map(drop);
     };
     let _lock = host.store.lock(&found.pci)?;

@@ -129,9 +129,6 @@ fn exec_raw(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Targe
 
 fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) -> CniResult<Child> {
     crate::debug!("IPAM {kind} {command} for {}/{}", target.container_id, target.ifname);
-    if matches!(command, "ADD" | "DEL") {
-        super::signals::changing_state();
-    }
     let mut cmd = Command::new(plugin);
     if !target.path.is_empty() {
         cmd.env("CNI_PATH", std::env::join_paths(target.path).unwrap_or_default());

@@ -12,6 +12,7 @@ use super::context::{find_host_netdev, Host, Pod, RETURN_WAIT};
 use super::ipam::{self, Target};
 use super::netdev;
 use super::rdma;
+use super::signals::changing_state;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Failures, IoContext};
@@ -194,8 +195,9 @@ impl<'a> Apply<'a> {
         Apply { s, pod, pf, rec, rdma_sock, ipam: Ipam::NotStarted, ipam_allocated: false, moved: None }
     }
 
-    /// Writes the step into the record, then applies it.
+    /// Writes the step into the record, then applies it. From the first step on, state changes: SIGTERM is ignored.
     pub fn run(&mut self, step: Step) -> CniResult<()> {
+        changing_state();
         self.rec.journal.push(step.clone());
         self.s.host.store.save(&self.rec)?;
         step.apply(self)
@@ -311,6 +313,8 @@ pub fn unwind<'a>(
     target: Target<'a>,
     ipam_counts: bool,
 ) -> Undone {
+    // An undo changes state from its first step on: SIGTERM is ignored until it is done.
+    changing_state();
     let alongside = ipam::can_overlap(s.conf);
     let mut u = Unwind {
         s,

@@ -217,11 +217,7 @@ impl Store {
     pub fn try_lock(&self, pci: &PciAddr) -> CniResult<Option<VfLock>> {
         let f = self.lock_file(pci)?;
         match f.try_lock() {
-            Ok(()) => {
-                // Whoever holds a VF lock is about to change it.
-                super::signals::changing_state();
-                Ok(Some(VfLock { _file: f }))
-            }
+            Ok(()) => Ok(Some(VfLock { _file: f })),
             Err(fs::TryLockError::WouldBlock) => Ok(None),
             Err(fs::TryLockError::Error(e)) => Err(CniError::io(format!("locking VF {pci}: {e}"))),
         }
