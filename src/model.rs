@@ -149,7 +149,7 @@ impl<'de> Deserialize<'de> for IpNet {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum VlanProto {
     #[serde(rename = "802.1q")]
     Dot1Q,
@@ -183,7 +183,7 @@ impl VlanProto {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LinkState {
     Auto,
@@ -241,7 +241,7 @@ pub fn parse_guid(s: &str) -> Option<u64> {
 }
 
 /// The PF-side settings of a VF that the configuration asks for; `None` means "leave as it is".
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VfSettings {
     pub mac: Option<Mac>,
     pub vlan: Option<u16>,
@@ -253,7 +253,6 @@ pub struct VfSettings {
     pub min_tx_rate: Option<u32>,
     pub max_tx_rate: Option<u32>,
     /// InfiniBand node and port GUID of the VF.
-    #[serde(default)]
     pub guid: Option<u64>,
 }
 

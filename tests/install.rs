@@ -30,7 +30,7 @@ fn newest(p: &Path) -> SystemTime {
         .unwrap()
         .map(|e| e.unwrap().path())
         // The benchmark's sources are not in sriov-rdma: cargo does not relink it when only they change.
-        .filter(|p| !p.ends_with("src/bin") && !p.ends_with("src/bench_util.rs"))
+        .filter(|p| !p.ends_with("src/bin"))
         .map(|p| newest(&p))
         .max()
         .unwrap_or(SystemTime::UNIX_EPOCH)

@@ -4,9 +4,9 @@
 
 mod common;
 use common::*;
-use sriov_rdma_cni::cni::config::{LinkState, VlanProto};
 use sriov_rdma_cni::kernel::link::RouteSocket;
 use sriov_rdma_cni::kernel::vf::{NetlinkPf, Pf, PfControl, VfSetting};
+use sriov_rdma_cni::model::{LinkState, VlanProto};
 
 #[test]
 fn every_vf_setting_has_a_layout_the_kernel_accepts() {

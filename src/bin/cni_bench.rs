@@ -14,7 +14,6 @@
 //! for a parallel row. `--parallel 8,16` sets the batch sizes on the host (`0`: no parallel rows);
 //! `--sample-us N` the sampling period (`0`: no sampling, no user/sys split).
 
-#[path = "../bench_util.rs"]
 mod bench_util;
 
 use bench_util::{Cpu, Floor, Sample, Sampler, Split};

@@ -4,7 +4,6 @@
 //! per device, released together, each moving its own device into its own namespace and back; it prints
 //! the median wall time of N such batches in ms.
 
-#[path = "../bench_util.rs"]
 mod bench_util;
 
 const USAGE: &str = "usage: netns-floor DEV NETNS_PATH [DEV NETNS_PATH]... [N]";

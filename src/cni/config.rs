@@ -4,8 +4,7 @@
 //! wrong value is code 7 naming the key and the value, before anything is touched.
 
 use super::error::{CniError, CniResult, Code};
-use super::types::{IpNet, Mac, PciAddr};
-pub use crate::model::{LinkState, VfSettings, VlanProto};
+use crate::model::{IpNet, LinkState, Mac, PciAddr, VfSettings, VlanProto};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -51,8 +50,7 @@ pub enum LogLevel {
 }
 
 /// What to do with the VF's RDMA device (`rdma`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RdmaPolicy {
     /// Move it into the pod when the host is in exclusive mode; otherwise leave it and say why.
     #[default]

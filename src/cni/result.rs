@@ -2,7 +2,7 @@
 
 use super::config::Version;
 use super::error::{CniError, CniResult, Code};
-use super::types::{IpNet, Mac};
+use crate::model::{IpNet, Mac};
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
 

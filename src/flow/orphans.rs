@@ -9,9 +9,9 @@ use super::ipam::Target;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::CniResult;
-use crate::cni::types::PciAddr;
 use crate::kernel::netns::Netns;
 use crate::kernel::sysfs::Vf;
+use crate::model::PciAddr;
 use serde::Serialize;
 use std::time::Duration;
 

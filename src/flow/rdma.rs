@@ -4,11 +4,11 @@
 use super::attachment::{Found, GidIndex};
 use crate::cni::config::RdmaPolicy;
 use crate::cni::error::{CniError, CniResult, IoContext};
-use crate::cni::types::PciAddr;
 use crate::kernel::confined::Confined;
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{NetnsMode, RdmaSocket};
 use crate::kernel::sysfs::{Sysfs, Vf};
+use crate::model::PciAddr;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;

@@ -16,7 +16,7 @@ use netlink_packet_route::link::{
 use std::io;
 
 /// A VF's settings as its PF reports them. `None` where the driver does not report a value.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct VfState {
     pub mac: Option<Mac>,
     pub vlan: u16,
@@ -28,9 +28,7 @@ pub struct VfState {
     pub min_tx_rate: u32,
     pub max_tx_rate: u32,
     /// InfiniBand GUIDs, where the driver reports them (mlx5).
-    #[serde(default)]
     pub node_guid: Option<u64>,
-    #[serde(default)]
     pub port_guid: Option<u64>,
 }
 
