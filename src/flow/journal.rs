@@ -103,7 +103,7 @@ impl Step {
                 if let (Some(pod), Some(orig)) = (u.pod.as_deref_mut(), u.rec.netdev.as_ref()) {
                     match netdev::find_in_pod(pod, u.rec) {
                         Ok(Some(l)) => match netdev::move_back(u.s.host, pod, u.rec, orig, &l) {
-                            Ok(name) => u.host_name = Some(name),
+                            Ok(name) => u.netdev.name = Some(name),
                             Err(e) => u.failures.push(e),
                         },
                         Ok(None) => crate::info!("VF {} is not in {}", u.rec.pci, u.rec.netns),
@@ -292,16 +292,27 @@ pub struct Unwind<'a> {
     /// Whether a failed IPAM DEL keeps the record: not when IPAM ADD never allocated.
     ipam_counts: bool,
     ipam: Option<ipam::Pending<'a>>,
-    pf: Option<Pf>,
-    /// The VF's row as the PF shows it now, read once for the plain settings.
-    pf_now: Option<Option<VfState>>,
-    /// Where the VF's netdev is on the host, once known.
-    host_name: Option<String>,
-    /// Whether the wait for a netdev from a destroyed namespace has been spent.
-    waited: bool,
-    /// Whether "the netdev has not come back" is among the failures already.
-    missing_said: bool,
+    pf: PfSide,
+    netdev: HostNetdev,
     failures: Failures,
+}
+
+/// The PF as the undo of its settings needs it: looked up once, the VF's row read once for the plain settings.
+#[derive(Default)]
+struct PfSide {
+    found: Option<Pf>,
+    /// The VF's row as the PF shows it now; read again after the admin MAC's undo changed it.
+    row: Option<Option<VfState>>,
+}
+
+/// The VF's netdev on the host as the undo follows it.
+struct HostNetdev {
+    /// Its name there, once known; `None` for a VF without a netdev (userspace driver).
+    name: Option<String>,
+    /// Whether the wait for it to come back from a destroyed namespace has been spent.
+    waited: bool,
+    /// Whether "it has not come back" is among the failures already.
+    missing_said: bool,
 }
 
 /// Undoes the record's journal, newest step first. IPAM DEL, a separate process that touches nothing the other
@@ -323,11 +334,8 @@ pub fn unwind<'a>(
         target,
         ipam_counts,
         ipam: None,
-        pf: None,
-        pf_now: None,
-        host_name: rec.netdev.as_ref().map(|n| n.name.clone()),
-        waited: false,
-        missing_said: false,
+        pf: PfSide::default(),
+        netdev: HostNetdev { name: rec.netdev.as_ref().map(|n| n.name.clone()), waited: false, missing_said: false },
         failures: Failures::default(),
     };
     if alongside {
@@ -344,7 +352,7 @@ pub fn unwind<'a>(
     if let Some(p) = u.ipam.take() {
         u.ipam_done(p.wait());
     }
-    Undone { failures: u.failures, host_netdev: u.host_name }
+    Undone { failures: u.failures, host_netdev: u.netdev.name }
 }
 
 impl Unwind<'_> {
@@ -366,12 +374,12 @@ impl Unwind<'_> {
     }
 
     fn pf(&mut self) -> CniResult<Pf> {
-        if let Some(pf) = &self.pf {
+        if let Some(pf) = &self.pf.found {
             return Ok(pf.clone());
         }
         let pf =
             self.s.host.pf(&self.rec.pf).map_err(|e| e.context(format!("restoring VF {} settings", self.rec.pci)))?;
-        Ok(self.pf.insert(pf).clone())
+        Ok(self.pf.found.insert(pf).clone())
     }
 
     /// Puts one PF-side setting back to its value before ADD, unless the PF shows that value already (never
@@ -384,7 +392,7 @@ impl Unwind<'_> {
         };
         let vf = self.rec.vf_index;
         let mut ctl = NetlinkPf(&mut self.s.host.route);
-        let now = self.pf_now.get_or_insert_with(|| ctl.vf_state(&pf, vf).ok().flatten());
+        let now = self.pf.row.get_or_insert_with(|| ctl.vf_state(&pf, vf).ok().flatten());
         if let Err(e) = vf::restore(&mut ctl, &pf, vf, s, orig, now.as_ref()) {
             let back = s.original(orig).map(|b| b.to_string()).unwrap_or_default();
             self.fail(CniError::from_io(format!("restoring {back} on VF {vf} of PF {}", pf.name), &e));
@@ -392,12 +400,12 @@ impl Unwind<'_> {
     }
 
     /// The VF's netdev on the host. From a destroyed namespace the kernel hands it back asynchronously: the first
-    /// lookup then waits for it, a bounded time. `None` for a VF without a netdev (userspace driver): `host_name`
+    /// lookup then waits for it, a bounded time. `None` for a VF without a netdev (userspace driver): `netdev.name`
     /// starts from the record's netdev.
     fn host_netdev(&mut self, wait: Duration) -> Option<Link> {
-        let name = self.host_name.clone()?;
-        let wait = if self.pod.is_none() && !self.waited { RETURN_WAIT.max(wait) } else { wait };
-        self.waited |= self.pod.is_none();
+        let name = self.netdev.name.clone()?;
+        let wait = if self.pod.is_none() && !self.netdev.waited { RETURN_WAIT.max(wait) } else { wait };
+        self.netdev.waited |= self.pod.is_none();
         match find_host_netdev(self.s.host, self.rec, &name, wait) {
             Ok(l) => l,
             Err(e) => {
@@ -412,7 +420,7 @@ impl Unwind<'_> {
         let Some(orig) = self.rec.netdev.as_ref() else { return };
         match self.host_netdev(wait) {
             Some(cur) => match netdev::restore_on_host(self.s.host, self.rec, orig, &cur, mac) {
-                Ok(name) => self.host_name = Some(name),
+                Ok(name) => self.netdev.name = Some(name),
                 Err(e) => self.fail(e),
             },
             None if !self.s.host.sysfs.pci_dir(&self.rec.pci).exists() => crate::warn!(
@@ -422,8 +430,8 @@ impl Unwind<'_> {
             ),
             // Still inside a namespace something holds, or not yet handed back: the record must outlive this DEL,
             // or the VF comes back later under its pod name with nobody to restore it.
-            None if !self.missing_said => {
-                self.missing_said = true;
+            None if !self.netdev.missing_said => {
+                self.netdev.missing_said = true;
                 self.fail(CniError::io(format!(
                     "VF {} ({}) has not come back to the host from {} (a process may still hold the namespace); \
                      a later DEL or `sriov-rdma gc` restores it once it is back",
@@ -457,7 +465,7 @@ impl Unwind<'_> {
     /// reports it as the VF's MAC, as before ADD), and set an original admin MAC only if the PF does not report it
     /// by then.
     fn undo_admin_mac(&mut self, mac: Mac) {
-        self.pf_now = None;
+        self.pf.row = None;
         let wait = if self.bind_if_unbound() { RETURN_WAIT } else { Duration::ZERO };
         let Some(cur) = self.host_netdev(wait) else {
             // No netdev to register a MAC (userspace driver, or it never came back): the PF row alone.
@@ -477,7 +485,7 @@ impl Unwind<'_> {
         if self.rec.vf_original.as_ref().and_then(|o| o.mac).is_some_and(|o| o != zero) {
             self.restore_on_pf(&VfSetting::Mac(mac));
         }
-        self.pf_now = None;
+        self.pf.row = None;
         // A rebind during ADD (igb) brought the netdev back with the driver's defaults.
         self.restore_host(true, Duration::ZERO);
     }
