@@ -50,6 +50,10 @@ pub fn whereabouts(host: &mut Host, rec: &Attachment) -> CniResult<Whereabouts> 
     if !host.sysfs.pci_dir(&rec.pci).exists() {
         return Ok(Whereabouts::Orphan);
     }
+    // Bound to no driver (an interrupted rebind): in no namespace; an orphan once its pod's namespace is gone.
+    if host.sysfs.driver(&rec.pci).is_none() {
+        return Ok(if gone { Whereabouts::Orphan } else { Whereabouts::Live });
+    }
     if find_host_netdev(host, rec, &orig.name, Duration::ZERO)?.is_some() {
         return Ok(Whereabouts::Orphan);
     }
