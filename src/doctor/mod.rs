@@ -3,6 +3,13 @@
 //! A report of the SR-IOV PFs and their VFs (PF-side settings, who has each VF), the RDMA devices with their
 //! ports and GID tables (like `show_gids`), the RDMA netns mode and what it means for the `rdma` policy, and
 //! warnings with the fix. Exit status 1 when something blocks ADD.
+//!
+//! One file per question an operator asks: [`link`] (is the link stable?), [`bandwidth`] (why is it slow?),
+//! [`resource`] (why does a pod get no VF?).
+
+pub mod bandwidth;
+pub mod link;
+pub mod resource;
 
 use crate::flow::context::Paths;
 use crate::flow::state::Attachment;
