@@ -91,6 +91,7 @@ pub fn moved(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> V
 /// One read of a netdev, from the kernel.
 #[derive(Debug, Default, Clone)]
 struct NetdevRead {
+    up: bool,
     operstate: Option<String>,
     carrier: Option<bool>,
     counters: BTreeMap<String, u64>,
@@ -117,7 +118,8 @@ fn read_netdev(route: &mut RouteSocket, name: &str) -> Option<NetdevRead> {
         Rt::NewLink(l) => Some(l),
         _ => None,
     })?;
-    let mut out = NetdevRead::default();
+    let mut out =
+        NetdevRead { up: msg.header.flags.contains(netlink_packet_route::link::LinkFlags::Up), ..Default::default() };
     for a in msg.attributes {
         match a {
             LinkAttribute::OperState(s) => out.operstate = Some(operstate(&s)),
@@ -243,6 +245,28 @@ pub fn report(sysfs: &Sysfs, netdevs: &[Watched], interval: Duration, warnings: 
                 w.name,
                 w.name
             ));
+        }
+        if b.up && b.carrier == Some(false) {
+            let pf = w.role.rsplit(' ').next().filter(|_| w.role.starts_with("VF "));
+            let pf_down = pf
+                .and_then(|p| netdevs.iter().position(|x| x.name == p))
+                .is_some_and(|j| nd1.get(j).cloned().flatten().is_some_and(|r| !r.up || r.carrier == Some(false)));
+            warnings.push(match (pf, pf_down) {
+                (Some(pf), true) => format!(
+                    "{} ({}) is up without carrier because its PF {pf} has no link: a pod on it has no network and \
+                     its RDMA port is down; ip link set {pf} up, then check the PF's cable (ethtool {pf})",
+                    w.name, w.role
+                ),
+                (Some(pf), false) => format!(
+                    "{} ({}) is up without carrier while its PF {pf} has link: check the VF's link state on the PF \
+                     (ip link show {pf}; ip link set {pf} vf N state auto) and the VF driver (dmesg)",
+                    w.name, w.role
+                ),
+                _ => format!(
+                    "{} ({}) is up without carrier: no cable, or the switch port is down; ethtool {}",
+                    w.name, w.role, w.name
+                ),
+            });
         }
         out_nd.push(NetdevLink {
             name: w.name.clone(),
