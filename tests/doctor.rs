@@ -256,6 +256,23 @@ fn config_says_whether_add_would_find_a_vf_and_changes_nothing() {
     assert_eq!(state_files(&bed.state), before, "doctor wrote nothing into the store");
     assert!(!bed.state.join(format!("{vf1}.lock")).exists(), "doctor took no lock (and made no lock file)");
 
+    // VF 1 locked by another invocation (a lock held here, as a running ADD holds it): ADD would wait, then
+    // answer code 11; doctor reads the lock from /proc/locks and takes none.
+    {
+        let lock = fs::File::create(bed.state.join(format!("{vf1}.lock"))).unwrap();
+        lock.lock().unwrap();
+        let by_dev1 = bed.dir.join("dev1.conf");
+        fs::write(&by_dev1, conf_dev("1.0.0", &vf1, "")).unwrap();
+        let args = ["--json", "--interval", "0", "--config", by_dev1.to_str().unwrap()];
+        let (code, out, _) = doctor_in(&bed, &kubelet, &args, None);
+        assert_eq!(code, 1, "{out}");
+        let c = &json(&out)["resource"]["configs"][0];
+        assert!(c["code"] == 11 && c["error"].as_str().unwrap().contains("is locked by a running ADD/DEL"), "{c}");
+        drop(lock);
+        assert_eq!(doctor_in(&bed, &kubelet, &args, None).0, 0, "unlocked: found");
+        fs::remove_file(bed.state.join(format!("{vf1}.lock"))).unwrap();
+    }
+
     // A NAD's config has no deviceID (Multus injects it): --device stands in; a non-VF address is a config error.
     let nad = bed.dir.join("nad.json");
     fs::write(&nad, r#"{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma","vlan":100}"#).unwrap();

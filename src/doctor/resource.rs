@@ -5,7 +5,7 @@
 //! [`Advertised`] is where it plugs in. Until one is given, the report shows what the kubelet recorded.
 
 use crate::cni::config::{NetConf, VfSource};
-use crate::cni::error::CniError;
+use crate::cni::error::{CniError, Code};
 use crate::flow::context::{not_usable, Paths};
 use crate::flow::orphans::is_orphan;
 use crate::flow::state::{Attachment, Store};
@@ -200,9 +200,10 @@ fn would_take(
             let vf = sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
             checked.push(format!("deviceID {pci} is VF {} of PF {}", vf.index, vf.pf));
             if locked(store, pci) {
-                return Err(CniError::io(format!(
-                    "VF {pci} is locked by a running ADD/DEL: ADD waits up to 10 s, then fails with code 11"
-                )));
+                return Err(CniError::new(
+                    Code::TryAgainLater,
+                    format!("VF {pci} is locked by a running ADD/DEL: ADD waits up to 10 s for it, then fails"),
+                ));
             }
             checked.push("not locked".into());
             if let Some(a) = store.load(pci)? {
