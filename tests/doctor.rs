@@ -70,20 +70,25 @@ fn set_counter(port: &Path, name: &str, v: u64) {
     fs::rename(&tmp, &p).unwrap();
 }
 
+/// The PCIe link files of a PCI function: (speed, width) now and at most.
+fn pcie_link(dir: &Path, current: (&str, &str), max: (&str, &str)) {
+    for (f, v) in [
+        ("current_link_speed", current.0),
+        ("current_link_width", current.1),
+        ("max_link_speed", max.0),
+        ("max_link_width", max.1),
+    ] {
+        fs::write(dir.join(f), format!("{v}\n")).unwrap();
+    }
+}
+
 #[test]
 fn a_degraded_pcie_link_and_a_netdev_mtu_below_the_roce_mtu_are_flagged_with_the_fix() {
     root_only!();
     let bed = Bed::new("dbw", 1);
     let kubelet = bed.dir.join("no-kubelet");
     let pf_dir = bed.pci_dir(&bed.pf_pci);
-    for (f, v) in [
-        ("current_link_speed", "8.0 GT/s PCIe"),
-        ("current_link_width", "8"),
-        ("max_link_speed", "16.0 GT/s PCIe"),
-        ("max_link_width", "16"),
-    ] {
-        fs::write(pf_dir.join(f), format!("{v}\n")).unwrap();
-    }
+    pcie_link(&pf_dir, ("8.0 GT/s PCIe", "8"), ("16.0 GT/s PCIe", "16"));
     fs::write(bed.sysfs.join("class/net").join(&bed.pf).join("speed"), "100000\n").unwrap();
     let (vf_pci, vf) = bed.vfs[0].clone();
     roce_port(&bed, &vf_pci, "mlx5_7", &vf, &[]);
@@ -117,9 +122,15 @@ fn a_degraded_pcie_link_and_a_netdev_mtu_below_the_roce_mtu_are_flagged_with_the
     let (_, text, _) = doctor_in(&bed, &kubelet, &["--interval", "0"], None);
     assert!(text.contains("DEGRADED") && text.contains("RoCE MTU 2048 of 4096"), "{text}");
 
+    // A link the kernel reports as "Unknown" (an integrated endpoint, as QEMU's igb: width 0 of 255): no figures,
+    // and no "degraded" from comparing 0 with 255.
+    pcie_link(&pf_dir, ("Unknown", "0"), ("Unknown", "255"));
+    let r = json(&doctor_in(&bed, &kubelet, &["--json", "--interval", "0"], None).1);
+    assert!(r["bandwidth"]["pfs"][0]["pcie"].is_null(), "{r}");
+    assert!(!warnings(&r).iter().any(|w| w.contains("PCIe")), "{r}");
+
     // Fixed: a full-width link and MTU 9000 make both warnings go.
-    fs::write(pf_dir.join("current_link_speed"), "16.0 GT/s PCIe\n").unwrap();
-    fs::write(pf_dir.join("current_link_width"), "16\n").unwrap();
+    pcie_link(&pf_dir, ("16.0 GT/s PCIe", "16"), ("16.0 GT/s PCIe", "16"));
     must(&["ip", "link", "set", &vf, "mtu", "9000"]);
     let r = json(&doctor_in(&bed, &kubelet, &["--json", "--interval", "0"], None).1);
     assert_eq!(r["bandwidth"]["pfs"][0]["pcie"]["degraded"], false);
