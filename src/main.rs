@@ -1,7 +1,9 @@
 use std::io::{Read, Write};
 
 const USAGE: &str = "sriov-rdma: a CNI plugin (run by a container runtime with CNI_COMMAND set).\n\
-usage: sriov-rdma doctor [--json] [--netns PATH]   readiness report of this host (or a pod's view)\n\
+usage: sriov-rdma doctor [--json] [--netns PATH] [--interval SECS] [--cpus LIST] [--bandwidth PEER]\n\
+                         [--kubelet-dir DIR] [--config FILE [--device PCI]]\n\
+                                                   readiness, link, bandwidth and resource report (or a pod's view)\n\
        sriov-rdma gc [--dry-run] [--json]        reclaim VFs whose pod namespace is gone without a DEL\n\
        sriov-rdma install [--cni-bin-dir DIR] [--conflist FILE [--cni-conf-dir DIR]] [--sleep]\n\
                                                    copy this binary into the node's CNI bin dir (installer image)\n\

@@ -540,3 +540,6 @@ for d in 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.5; do
 done
 [ $okk = 1 ] && [ $killed -gt 0 ] && pass "sigkill-mid-add-then-del-restores-a-real-vf($killed of 8 killed mid-ADD)" \
   || fail sigkill-mid-add-then-del-restores-a-real-vf "killed=$killed, see VMLOG"
+
+# doctor's link and bandwidth questions (last: it cycles the PF's link).
+. /doctor.sh
