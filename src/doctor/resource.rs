@@ -207,14 +207,14 @@ fn would_take(
             }
             checked.push("not locked".into());
             if let Some(a) = store.load(pci)? {
-                if !is_orphan(&a) {
+                if !is_orphan(sysfs, &a) {
                     return Err(CniError::io(format!(
                         "VF {} is already attached to container {} as {} (network {}); sriov-rdma doctor lists the \
                          holders",
                         a.pci, a.container_id, a.ifname, a.network
                     )));
                 }
-                checked.push(format!("its record is an orphan's ({} is gone): ADD reclaims it first", a.netns));
+                checked.push("its record is an orphan's (the VF is back on the host): ADD reclaims it first".into());
                 return Ok(pci.clone());
             }
             checked.push("no record: not attached".into());
@@ -247,8 +247,15 @@ fn would_take(
                     skipped.push(format!("{idx} locked"));
                     continue;
                 }
-                let rec = store.load(pci)?;
-                if let Some(a) = rec.as_ref().filter(|a| !is_orphan(a)) {
+                // As ADD: one unreadable record skips its VF, it does not block the PF.
+                let rec = match store.load(pci) {
+                    Ok(rec) => rec,
+                    Err(_) => {
+                        skipped.push(format!("{idx} record unreadable"));
+                        continue;
+                    }
+                };
+                if let Some(a) = rec.as_ref().filter(|a| !is_orphan(sysfs, a)) {
                     skipped.push(format!("{idx} held by {}/{}", a.container_id, a.ifname));
                     continue;
                 }
@@ -364,7 +371,7 @@ pub fn check_config(paths: &Paths, file: &Path, device: Option<&str>) -> Vec<Con
     out
 }
 
-pub fn holders(records: &[Attachment]) -> Vec<Holder> {
+pub fn holders(sysfs: &Sysfs, records: &[Attachment]) -> Vec<Holder> {
     records
         .iter()
         .map(|a| Holder {
@@ -376,7 +383,7 @@ pub fn holders(records: &[Attachment]) -> Vec<Holder> {
             network: a.network.clone(),
             netns: a.netns.clone(),
             complete: a.complete,
-            orphan: is_orphan(a),
+            orphan: is_orphan(sysfs, a),
         })
         .collect()
 }
@@ -447,7 +454,7 @@ pub fn report(
             blockers.push(format!("{} {}: ADD would fail (code {}): {e}", c.file, c.at, c.code.unwrap_or(0)));
         }
     }
-    ResourceReport { kubelet, advertised, holders: holders(records), configs }
+    ResourceReport { kubelet, advertised, holders: holders(&paths.sysfs(), records), configs }
 }
 
 /// The human section.
