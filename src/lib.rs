@@ -9,5 +9,6 @@ pub mod cni;
 pub mod doctor;
 pub mod flow;
 pub mod install;
+pub mod inventory;
 pub mod kernel;
 pub mod model;
