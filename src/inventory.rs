@@ -99,8 +99,15 @@ pub enum Unhealthy {
     /// The VF is no longer on the PCI bus (its PF's VF count went down, or the device went away).
     Gone,
     NoDriver,
-    PfLinkDown { pf: String, operstate: String },
-    RdmaPortNotActive { device: String, port: u32, state: String },
+    PfLinkDown {
+        pf: String,
+        operstate: String,
+    },
+    RdmaPortNotActive {
+        device: String,
+        port: u32,
+        state: String,
+    },
 }
 
 impl std::fmt::Display for Unhealthy {
@@ -234,7 +241,14 @@ fn is_representor(sysfs: &Sysfs, pci: &PciAddr, netdev: &str) -> bool {
     port.starts_with("pf") && port.contains("vf")
 }
 
-fn vf(sysfs: &Sysfs, rdma: &RdmaIndex, pf_pci: &PciAddr, pf_netdev: Option<String>, index: u32, pci: PciAddr) -> VfInfo {
+fn vf(
+    sysfs: &Sysfs,
+    rdma: &RdmaIndex,
+    pf_pci: &PciAddr,
+    pf_netdev: Option<String>,
+    index: u32,
+    pci: PciAddr,
+) -> VfInfo {
     let netdev = sysfs.netdevs(&pci).into_iter().next();
     let mut devs: Vec<RdmaDev> =
         sysfs.rdma_devices_of(&pci).into_iter().map(|n| rdma.device(sysfs, n, RdmaBinding::Pci)).collect();
