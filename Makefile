@@ -9,7 +9,7 @@ IMAGE ?= localhost/sriov-rdma
 all: release
 
 build:
-	$(CARGO) build
+	$(CARGO) build --workspace
 
 # Static executables (glibc linked in, see .cargo/config.toml): they start on any node. Both binaries:
 # sriov-rdma (the CNI) and sriov-rdma-device-plugin (the daemon `sriov-rdma device-plugin` runs).

@@ -276,8 +276,8 @@ fn vf(
 struct RdmaIndex {
     /// (device, netdev bound to one of its ports)
     netdevs: Vec<(String, String)>,
-    /// (device, char dev name, port)
-    chars: Vec<(String, String, Option<u32>)>,
+    /// (device, char dev name)
+    chars: Vec<(String, String)>,
 }
 
 impl RdmaIndex {
@@ -314,8 +314,7 @@ impl RdmaIndex {
                 else {
                     continue;
                 };
-                let port = read(&c.join("port")).and_then(|p| p.parse().ok());
-                chars.push((ibdev, cname, port));
+                chars.push((ibdev, cname));
             }
         }
         RdmaIndex { netdevs, chars }
@@ -344,7 +343,7 @@ impl RdmaIndex {
             .collect();
         ports.sort_by_key(|p| p.num);
         let mut char_devs: Vec<String> =
-            self.chars.iter().filter(|(d, _, _)| *d == name).map(|(_, c, _)| c.clone()).collect();
+            self.chars.iter().filter(|(d, _)| *d == name).map(|(_, c)| c.clone()).collect();
         char_devs.sort();
         RdmaDev { name, binding, ports, char_devs }
     }
@@ -403,6 +402,23 @@ mod fake {
             Ok(())
         }
 
+        /// An mlx5-like VF (vendor 15b3, device 101e, driver mlx5_core) with its own RDMA device `rdma` under its
+        /// PCI function, port 1 ACTIVE on Ethernet.
+        pub fn mlx5_vf(
+            &self,
+            pf_pci: &str,
+            idx: u32,
+            pci: &str,
+            netdev: &str,
+            rdma: &str,
+            numa: i32,
+        ) -> io::Result<()> {
+            self.vf(pf_pci, idx, pci, Some(netdev), "mlx5_core")?;
+            self.pci_ids(pci, "15b3", "101e", numa)?;
+            self.rdma(pci, rdma, &[])?;
+            self.rdma_port(rdma, 1, "4: ACTIVE", "Ethernet")
+        }
+
         /// The `iommu_group` link of a PCI function.
         pub fn iommu_group(&self, pci: &str, group: u32) -> io::Result<()> {
             let g = self.root.join("kernel/iommu_groups").join(group.to_string());
@@ -431,10 +447,7 @@ mod tests {
         t.netdev_state("ens1f0", "up", 1).unwrap();
         t.rdma("0000:3b:00.0", "mlx5_0", &[]).unwrap();
         // VF 0: mlx5 with its own RDMA device under the PCI function.
-        t.vf("0000:3b:00.0", 0, "0000:3b:00.2", Some("ens1f0v0"), "mlx5_core").unwrap();
-        t.pci_ids("0000:3b:00.2", "15b3", "101e", 1).unwrap();
-        t.rdma("0000:3b:00.2", "mlx5_2", &[]).unwrap();
-        t.rdma_port("mlx5_2", 1, "4: ACTIVE", "Ethernet").unwrap();
+        t.mlx5_vf("0000:3b:00.0", 0, "0000:3b:00.2", "ens1f0v0", "mlx5_2", 1).unwrap();
         t.rdma_char("uverbs2", "mlx5_2", None).unwrap();
         t.rdma_char("umad2", "mlx5_2", Some(1)).unwrap();
         // VF 1: a netdev with a Soft-RoCE device bound to it.

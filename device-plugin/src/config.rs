@@ -98,12 +98,23 @@ impl Config {
     /// From the file's text (`source` names it in errors) or, without one, from the environment.
     pub fn load(file: Option<(&str, &str)>, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let debug = env("RDMA_DEBUG").is_some_and(|v| truthy(&v));
+        let name = env("RDMA_RESOURCE_NAME").filter(|s| !s.trim().is_empty());
         let parsed = match file {
-            Some((source, text)) => serde_json::from_str::<File>(text)
-                .map_err(|e| ConfigError(format!("{source}: {e}")))
-                .and_then(|f| f.check().map_err(|e| ConfigError(format!("{source}: {}", e.0))))?,
+            // A resource without a name takes RDMA_RESOURCE_NAME: the DaemonSet sets it from the one place the
+            // NAD's resourceName also comes from.
+            Some((source, text)) => {
+                serde_json::from_str::<File>(text).map_err(|e| ConfigError(format!("{source}: {e}"))).and_then(|f| {
+                    f.check(name.as_deref()).map_err(|e| {
+                        let unnamed = e.0.contains(".name: ") && name.is_some();
+                        ConfigError(format!(
+                            "{source}: {}{}",
+                            e.0,
+                            if unnamed { " (from RDMA_RESOURCE_NAME)" } else { "" }
+                        ))
+                    })
+                })?
+            }
             None => {
-                let name = env("RDMA_RESOURCE_NAME").filter(|s| !s.trim().is_empty());
                 let spec = env("RDMA_DEVICE_SPEC_STR").unwrap_or_default();
                 let pf_names: Vec<String> =
                     spec.split([',', ' ']).map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
@@ -112,7 +123,7 @@ impl Config {
                     selectors: Some(Selectors { pf_names, ..Selectors::default() }),
                     require_rdma: None,
                 };
-                File { resources: Some(vec![res]), num_vfs: None }.check().map_err(|e| {
+                File { resources: Some(vec![res]), num_vfs: None }.check(None).map_err(|e| {
                     ConfigError(
                         e.0.replace("resources[0].name", "RDMA_RESOURCE_NAME")
                             .replace("resources[0].selectors.pfNames", "RDMA_DEVICE_SPEC_STR"),
@@ -125,7 +136,7 @@ impl Config {
 }
 
 impl File {
-    fn check(self) -> Result<Config, ConfigError> {
+    fn check(self, default_name: Option<&str>) -> Result<Config, ConfigError> {
         let err = |key: String, why: String| Err(ConfigError(format!("{key}: {why}")));
         let list = self.resources.unwrap_or_else(|| vec![ResourceFile::default()]);
         if list.is_empty() {
@@ -137,7 +148,7 @@ impl File {
         let mut resources = Vec::new();
         for (i, r) in list.into_iter().enumerate() {
             let key = format!("resources[{i}]");
-            let name = r.name.unwrap_or_else(|| DEFAULT_RESOURCE.to_string());
+            let name = r.name.or(default_name.map(str::to_string)).unwrap_or_else(|| DEFAULT_RESOURCE.to_string());
             if let Err(why) = check_resource_name(&name) {
                 return err(format!("{key}.name"), format!("{name:?} {why}"));
             }
@@ -235,6 +246,9 @@ mod tests {
         };
         let c = Config::load(None, env).unwrap();
         assert!(c.debug);
+        let f = Config::load(Some(("f", r#"{"resources":[{},{"name":"rdma/b"}]}"#)), env).unwrap();
+        let names: Vec<&str> = f.resources.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, vec!["nvidia.com/cx6_rdma", "rdma/b"], "a file's unnamed resource takes RDMA_RESOURCE_NAME");
         assert_eq!(c.resources[0].name, "nvidia.com/cx6_rdma");
         assert_eq!(c.resources[0].selectors.pf_names, vec!["mlx5_0".to_string(), "ens1f1".to_string()]);
         assert_eq!(c.resources[0].env_name(), "PCIDEVICE_NVIDIA_COM_CX6_RDMA");

@@ -26,8 +26,9 @@ pub struct Paths {
     pub state_dir: PathBuf,
 }
 
-/// Does the resource take this VF (now)?
-pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo) -> bool {
+/// Does the resource take this VF (now)? `in_pod`: the VF is attached, its netdev and RDMA device are in a pod
+/// and invisible here, so `requireRdma` cannot be judged and is not.
+pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, in_pod: bool) -> bool {
     let s = &res.selectors;
     let any = |list: &[String], v: Option<&str>| list.is_empty() || v.is_some_and(|v| list.iter().any(|l| l == v));
     let pf_named = s.pf_names.is_empty()
@@ -42,7 +43,7 @@ pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo) -> bool {
         && any(&s.drivers, vf.driver.as_deref())
         && any(&s.link_types, link.as_deref())
         && (s.numa_nodes.is_empty() || vf.numa_node.is_some_and(|n| s.numa_nodes.contains(&n)))
-        && (!res.require_rdma || !vf.rdma.is_empty() || vf.is_vfio())
+        && (!res.require_rdma || in_pod || !vf.rdma.is_empty() || vf.is_vfio())
 }
 
 /// The PCI addresses of VFs with an attachment record: their netdev and RDMA device are in a pod.
@@ -88,7 +89,7 @@ pub fn offer(res: &Resource, inv: &Inventory, seen: &BTreeSet<String>, attached:
     let mut out: BTreeMap<String, Offered> = BTreeMap::new();
     for (pf, vf) in inv.vfs() {
         let id = vf.pci.to_string();
-        let selected = selects(res, pf, vf);
+        let selected = selects(res, pf, vf, attached.contains(&vf.pci));
         if !selected && !seen.contains(&id) {
             continue;
         }
@@ -97,7 +98,7 @@ pub fn offer(res: &Resource, inv: &Inventory, seen: &BTreeSet<String>, attached:
             problems.retain(|p| !matches!(p, Unhealthy::RdmaPortNotActive { .. }));
         }
         let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        if !selected && !attached.contains(&vf.pci) {
+        if !selected {
             problems.push("it no longer matches the resource's selectors (driver or RDMA device changed)".into());
         }
         out.insert(
@@ -300,6 +301,43 @@ pub fn prefer(available: &[String], must: &[String], size: usize, facts: &HashMa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Selectors;
+    use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
+    use sriov_rdma_cni::kernel::sysfs::Sysfs;
+
+    #[test]
+    fn selectors_match_pf_by_netdev_or_rdma_name_and_an_attached_vf_stays_offered() {
+        let root = std::env::temp_dir().join(format!("sriov-rdma-dp-select-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let t = FakeTree::new(&root).unwrap();
+        t.pf("0000:3b:00.0", "ens1f0", 2).unwrap();
+        t.netdev_state("ens1f0", "up", 1).unwrap();
+        t.rdma("0000:3b:00.0", "mlx5_0", &[]).unwrap();
+        t.mlx5_vf("0000:3b:00.0", 0, "0000:3b:00.2", "ens1f0v0", "mlx5_2", 0).unwrap();
+        // In a pod: no netdev, no RDMA device visible from the host.
+        t.vf("0000:3b:00.0", 1, "0000:3b:00.3", None, "mlx5_core").unwrap();
+        t.pci_ids("0000:3b:00.3", "15b3", "101e", 0).unwrap();
+        let inv = Inventory::scan(&Sysfs::at(root.clone()));
+        let res = |sel: Selectors| Resource { name: "rdma/hca".into(), selectors: sel, require_rdma: true };
+        let offered = |r: &Resource, attached: &[&str]| -> Vec<String> {
+            let a = attached.iter().map(|p| PciAddr::parse(p).unwrap()).collect();
+            offer(r, &inv, &BTreeSet::new(), &a).into_iter().map(|o| format!("{} {}", o.id, o.health)).collect()
+        };
+        for pf in ["ens1f0", "mlx5_0"] {
+            let r = res(Selectors { pf_names: vec![pf.into()], ..Selectors::default() });
+            assert_eq!(offered(&r, &[]), vec!["0000:3b:00.2 Healthy"], "pfNames {pf}");
+            assert_eq!(offered(&r, &["0000:3b:00.3"]), vec!["0000:3b:00.2 Healthy", "0000:3b:00.3 Healthy"]);
+        }
+        let none = |sel| offered(&res(sel), &[]);
+        assert!(none(Selectors { pf_names: vec!["ens9".into()], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { vendors: vec!["8086".into()], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { link_types: vec!["infiniband".into()], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { numa_nodes: vec![1], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { drivers: vec!["vfio-pci".into()], ..Selectors::default() }).is_empty());
+        let all = Resource { require_rdma: false, ..res(Selectors::default()) };
+        assert_eq!(offered(&all, &[]).len(), 2, "requireRdma: false offers the VF without an RDMA device");
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     fn facts(list: &[(&str, bool, u32, &str)]) -> HashMap<String, Facts> {
         list.iter()

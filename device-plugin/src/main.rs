@@ -170,13 +170,13 @@ fn dry_run(config: &Config, paths: &Paths, sysfs: &Sysfs, outcomes: &[numvfs::Ou
 
 async fn run(config: Config, paths: Paths, timing: Timing) -> i32 {
     let paths = Arc::new(paths);
-    let mut senders = Vec::new();
-    for res in &config.resources {
-        let (tx, rx) = tokio::sync::watch::channel(Vec::new());
-        senders.push(tx);
+    let (mut watcher, lists) = server::Watcher::new(config.resources.clone(), paths.clone());
+    // The first ListAndWatch answer is the node as it is, not an empty list.
+    watcher.refresh().await;
+    for (res, rx) in config.resources.iter().zip(lists) {
         tokio::spawn(server::serve(res.clone(), paths.clone(), rx, timing));
     }
-    tokio::spawn(server::poll(config.resources.clone(), paths.clone(), senders, timing.poll));
+    tokio::spawn(watcher.run(timing.poll));
     let names: Vec<&str> = config.resources.iter().map(|r| r.name.as_str()).collect();
     info!("device plugin for {} started (kubelet dir {})", names.join(", "), paths.kubelet_dir.display());
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -158,45 +158,57 @@ fn pf_of(inv: &Inventory, id: &str) -> Option<sriov_rdma_cni::model::PciAddr> {
     inv.vf(&pci).map(|(pf, _)| pf.pci.clone())
 }
 
-/// Reads the inventory every `timing.poll` and publishes each resource's devices when they change.
-pub async fn poll(
+/// Each resource's devices as offered so far (a VF once offered stays listed, Unhealthy when it goes away).
+pub struct Watcher {
     resources: Vec<Resource>,
     paths: Arc<Paths>,
     senders: Vec<watch::Sender<Vec<Offered>>>,
-    every: Duration,
-) {
-    let mut seen: Vec<BTreeSet<String>> = vec![BTreeSet::new(); resources.len()];
-    loop {
-        let p = paths.clone();
-        let read = tokio::task::spawn_blocking(move || (scan(&p), devices::attached(&p.state_dir))).await;
-        match read {
-            Ok((inv, attached)) => {
-                for (i, res) in resources.iter().enumerate() {
-                    let list = devices::offer(res, &inv, &seen[i], &attached);
-                    seen[i].extend(list.iter().map(|o| o.id.clone()));
-                    senders[i].send_if_modified(|cur| {
-                        if *cur == list {
-                            return false;
-                        }
-                        for o in &list {
-                            let before = cur.iter().find(|c| c.id == o.id).map(|c| c.health);
-                            if before != Some(o.health) {
-                                let why = if o.problems.is_empty() {
-                                    String::new()
-                                } else {
-                                    format!(": {}", o.problems.join("; "))
-                                };
-                                info!("{}: {} is {}{why}", res.name, o.id, o.health);
-                            }
-                        }
-                        *cur = list.clone();
-                        true
-                    });
+    seen: Vec<BTreeSet<String>>,
+}
+
+impl Watcher {
+    /// Channels for each resource's device list, empty until the first [`Watcher::refresh`].
+    pub fn new(resources: Vec<Resource>, paths: Arc<Paths>) -> (Watcher, Vec<watch::Receiver<Vec<Offered>>>) {
+        let (senders, receivers) = resources.iter().map(|_| watch::channel(Vec::new())).unzip();
+        let seen = vec![BTreeSet::new(); resources.len()];
+        (Watcher { resources, paths, senders, seen }, receivers)
+    }
+
+    /// Reads the inventory once and publishes each resource's devices if they changed, logging what changed.
+    pub async fn refresh(&mut self) {
+        let p = self.paths.clone();
+        let (inv, attached) =
+            match tokio::task::spawn_blocking(move || (scan(&p), devices::attached(&p.state_dir))).await {
+                Ok(r) => r,
+                Err(e) => return error!("reading the node inventory: {e}"),
+            };
+        for (i, res) in self.resources.iter().enumerate() {
+            let list = devices::offer(res, &inv, &self.seen[i], &attached);
+            self.seen[i].extend(list.iter().map(|o| o.id.clone()));
+            self.senders[i].send_if_modified(|cur| {
+                if *cur == list {
+                    return false;
                 }
-            }
-            Err(e) => error!("reading the node inventory: {e}"),
+                for o in &list {
+                    let before = cur.iter().find(|c| c.id == o.id).map(|c| c.health);
+                    if before != Some(o.health) {
+                        let why =
+                            if o.problems.is_empty() { String::new() } else { format!(": {}", o.problems.join("; ")) };
+                        info!("{}: {} is {}{why}", res.name, o.id, o.health);
+                    }
+                }
+                *cur = list.clone();
+                true
+            });
         }
-        tokio::time::sleep(every).await;
+    }
+
+    /// Refreshes every `every`, for as long as the daemon runs.
+    pub async fn run(mut self, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            self.refresh().await;
+        }
     }
 }
 

@@ -35,13 +35,11 @@ impl Node {
         t.pf(PF, "ens1f0", 8).unwrap();
         t.pci_ids(PF, "15b3", "101d", 1).unwrap();
         t.netdev_state("ens1f0", "up", 1).unwrap();
+        t.rdma(PF, "mlx5_0", &[]).unwrap();
         for (idx, vf, netdev, rdma, uverbs) in
             [(0, VF0, "ens1f0v0", "mlx5_2", "uverbs2"), (1, VF1, "ens1f0v1", "mlx5_3", "uverbs3")]
         {
-            t.vf(PF, idx, vf, Some(netdev), "mlx5_core").unwrap();
-            t.pci_ids(vf, "15b3", "101e", 1).unwrap();
-            t.rdma(vf, rdma, &[]).unwrap();
-            t.rdma_port(rdma, 1, "4: ACTIVE", "Ethernet").unwrap();
+            t.mlx5_vf(PF, idx, vf, netdev, rdma, 1).unwrap();
             t.rdma_char(uverbs, rdma, None).unwrap();
         }
         t.vf(PF, 2, VFIO, None, "vfio-pci").unwrap();
@@ -227,11 +225,8 @@ async fn registers_with_its_resource_name_and_lists_the_vfs_with_their_numa_node
     let opts = dp.get_device_plugin_options(api::Empty {}).await.unwrap().into_inner();
     assert!(opts.get_preferred_allocation_available);
     let mut s = dp.list_and_watch(api::Empty {}).await.unwrap().into_inner();
-    let mut list = next_list(&mut s, Duration::from_secs(5)).await;
-    if list.is_empty() {
-        // The first poll had not finished when the kubelet asked.
-        list = next_list(&mut s, Duration::from_secs(5)).await;
-    }
+    // The first answer is the node as it is.
+    let list = next_list(&mut s, Duration::from_secs(5)).await;
     assert_eq!(health(&list), all("Healthy"));
     for d in &list {
         let nodes: Vec<i64> = d.topology.as_ref().map(|t| t.nodes.iter().map(|n| n.id).collect()).unwrap_or_default();
@@ -428,4 +423,18 @@ fn dry_run_prints_what_would_be_advertised_and_why_a_vf_is_unhealthy() {
     assert_eq!(devs[1]["problems"][0], "RDMA device mlx5_3 port 1 is DOWN, not ACTIVE");
     assert_eq!(doc["resources"][0]["env"], "PCIDEVICE_RDMA_HCA");
     assert!(fs::read_dir(node.kubelet_dir()).unwrap().next().is_none(), "a dry run creates no socket");
+
+    // The original setup's variables: one resource, PFs named by their RDMA device.
+    for (spec, want) in [("mlx5_0", 3), ("mlx5_9", 0), ("", 3)] {
+        let out = node
+            .command(&["--dry-run"])
+            .env("RDMA_RESOURCE_NAME", "example.com/hca")
+            .env("RDMA_DEVICE_SPEC_STR", spec)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["resources"][0]["name"], "example.com/hca");
+        assert_eq!(doc["resources"][0]["devices"].as_array().unwrap().len(), want, "RDMA_DEVICE_SPEC_STR={spec:?}");
+    }
 }
