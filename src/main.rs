@@ -37,19 +37,24 @@ fn main() {
     std::process::exit(if out.ok { 0 } else { 1 });
 }
 
-/// The device plugin is a long-running daemon with an async runtime: it lives in its own binary next to this one
-/// (sriov-rdma-device-plugin), so the CNI stays small and quick to start. This runs it in this process's place.
+/// The device plugin is a long-running daemon with an async runtime: it lives in its own binary beside this one
+/// (sriov-rdma-device-plugin), so the CNI stays small and quick to start. This runs it in this process's place:
+/// from this executable's directory when it was started by path (`/sriov-rdma device-plugin`), else from PATH.
 fn device_plugin(args: &[String]) -> i32 {
-    use std::os::unix::process::CommandExt;
     const BIN: &str = "sriov-rdma-device-plugin";
-    let bin = match std::env::current_exe() {
-        Ok(me) => me.with_file_name(BIN),
-        Err(e) => {
-            eprintln!("sriov-rdma: finding this executable's directory to run {BIN}: {e}");
-            return 1;
-        }
+    let me = std::env::args().next().unwrap_or_default();
+    let bin = match me.rfind('/') {
+        Some(i) => format!("{}{BIN}", &me[..=i]),
+        None => BIN.to_string(),
     };
-    let err = std::process::Command::new(&bin).args(args).exec();
-    eprintln!("sriov-rdma: running {}: {err} (it ships beside sriov-rdma in the image)", bin.display());
+    // execvp directly: std's Command would add its spawn machinery to the CNI. Arguments from the command line
+    // hold no NUL byte, so each is its bytes plus a terminating one.
+    let strings: Vec<Vec<u8>> = std::iter::once(&bin).chain(args).map(|a| [a.as_bytes(), b"\0"].concat()).collect();
+    let mut argv: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr().cast()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: every pointer is to a NUL-terminated buffer alive until the call, and argv ends with NULL.
+    unsafe { libc::execvp(argv[0], argv.as_ptr()) };
+    let err = std::io::Error::last_os_error();
+    eprintln!("sriov-rdma: running {bin}: {err} (it ships beside sriov-rdma)");
     1
 }

@@ -14,14 +14,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-const USAGE: &str = "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug]\n\
-       [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR] [--poll-ms N]\n\
-Offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin API v1beta1).\n\
-Without --config: one resource from RDMA_RESOURCE_NAME (default rdma/hca) and RDMA_DEVICE_SPEC_STR (PF netdev\n\
-or RDMA device names, comma-separated); RDMA_DEBUG=1 logs more. --dry-run prints what would be advertised.\n\
-Paths (also SRIOV_RDMA_KUBELET_DIR, SRIOV_RDMA_SYSFS, SRIOV_RDMA_DEV_ROOT, SRIOV_RDMA_DEVINFO_DIR,\n\
-SRIOV_RDMA_STATE_DIR): /var/lib/kubelet/device-plugins, /sys, /dev, /var/run/k8s.cni.cncf.io/devinfo/dp,\n\
-/var/lib/cni/sriov-rdma.\n";
+const USAGE: &str = concat!(
+    "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug]\n",
+    "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR] [--poll-ms N]\n",
+    "Offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin API v1beta1).\n",
+    "Without --config: one resource from RDMA_RESOURCE_NAME (default rdma/hca) and RDMA_DEVICE_SPEC_STR (PF netdev\n",
+    "or RDMA device names, comma-separated); RDMA_DEBUG=1 logs more. --dry-run prints what would be advertised.\n",
+    "Paths (also SRIOV_RDMA_KUBELET_DIR, SRIOV_RDMA_SYSFS, SRIOV_RDMA_DEV_ROOT, SRIOV_RDMA_DEVINFO_DIR,\n",
+    "SRIOV_RDMA_STATE_DIR): /var/lib/kubelet/device-plugins, /sys, /dev, /var/run/k8s.cni.cncf.io/devinfo/dp,\n",
+    "/var/lib/cni/sriov-rdma. See docs/device-plugin.md.\n",
+);
 
 /// Exit code of a bad command line or configuration.
 const EXIT_CONFIG: i32 = 2;
