@@ -352,6 +352,49 @@ mod tests {
     }
 
     #[test]
+    fn an_infiniband_vf_gets_umad_and_issm_an_ethernet_one_only_verbs() {
+        let root = std::env::temp_dir().join(format!("sriov-rdma-dp-ib-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let t = FakeTree::new(&root.join("sys")).unwrap();
+        t.pf("0000:5e:00.0", "ib0", 2).unwrap();
+        t.netdev_state("ib0", "up", 32).unwrap();
+        t.mlx5_vf("0000:5e:00.0", 0, "0000:5e:00.2", "ib0v0", "mlx5_4", 0).unwrap();
+        t.rdma_port("mlx5_4", 1, "4: ACTIVE", "InfiniBand").unwrap();
+        t.mlx5_vf("0000:5e:00.0", 1, "0000:5e:00.3", "ib0v1", "mlx5_5", 0).unwrap();
+        for (c, dev) in [
+            ("uverbs4", "mlx5_4"),
+            ("umad4", "mlx5_4"),
+            ("issm4", "mlx5_4"),
+            ("uverbs5", "mlx5_5"),
+            ("umad5", "mlx5_5"),
+        ] {
+            t.rdma_char(c, dev, (!c.starts_with("uverbs")).then_some(1)).unwrap();
+            std::fs::create_dir_all(root.join("dev/infiniband")).unwrap();
+            std::fs::write(root.join("dev/infiniband").join(c), b"").unwrap();
+        }
+        let paths = Paths {
+            sysfs: root.join("sys"),
+            dev_root: root.join("dev"),
+            kubelet_dir: root.join("kubelet"),
+            devinfo_dir: root.join("devinfo"),
+            state_dir: root.join("state"),
+        };
+        let inv = Inventory::scan(&Sysfs::at(paths.sysfs.clone()));
+        let res = Resource { name: "rdma/ib".into(), selectors: Selectors::default(), require_rdma: true };
+        let got = |id: &str| -> Vec<String> {
+            let r = allocate(&res, &inv, &[id.to_string()], &paths).unwrap();
+            let mut v: Vec<String> = r.devices.iter().map(|d| d.container_path.clone()).collect();
+            v.sort();
+            v
+        };
+        let ib = ["/dev/infiniband/issm4", "/dev/infiniband/umad4", "/dev/infiniband/uverbs4"];
+        assert_eq!(got("0000:5e:00.2"), ib.map(String::from).to_vec(), "no rdma_cm on this node: not given");
+        // mlx5_5's port is Ethernet (mlx5_vf): its umad is not handed out.
+        assert_eq!(got("0000:5e:00.3"), vec!["/dev/infiniband/uverbs5".to_string()]);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
     fn preference_is_healthy_then_numa_aligned_then_packed_by_pf() {
         let f = facts(&[
             ("0000:3b:00.2", false, 0, "0000:3b:00.0"),
