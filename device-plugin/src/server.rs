@@ -259,7 +259,7 @@ async fn serve_once(
     let mine = identity(sock);
     let plugin = Plugin { res: res.clone(), paths: paths.clone(), devices };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(
+    let mut server = tokio::spawn(
         tonic::transport::Server::builder().add_service(DevicePluginServer::new(plugin)).serve_with_incoming_shutdown(
             tokio_stream::wrappers::UnixListenerStream::new(listener),
             async {
@@ -270,10 +270,17 @@ async fn serve_once(
     let gone = || identity(sock) != mine || identity(sock).is_none();
     let kubelet = paths.kubelet_dir.join(KUBELET_SOCKET);
     let mut attempt = 0u32;
-    let mut registered = false;
+    // The kubelet.sock registered with: a new one (the kubelet restarted) gets a new registration, even if the
+    // kubelet left this plugin's socket in place.
+    let mut registered: Option<Option<(u64, u64)>> = None;
     let mut last_warning = None;
     while !gone() {
-        if !registered {
+        if registered.is_some_and(|id| id != identity(&kubelet)) {
+            info!("{}: {} was replaced (the kubelet restarted): registering again", res.name, kubelet.display());
+            registered = None;
+        }
+        if registered.is_none() {
+            let before = identity(&kubelet);
             match register(&kubelet, res).await {
                 Ok(()) => {
                     info!(
@@ -282,7 +289,8 @@ async fn serve_once(
                         kubelet.display(),
                         sock.display()
                     );
-                    registered = true;
+                    registered = Some(before);
+                    attempt = 0;
                 }
                 Err(e) => {
                     // The first failure and then one line a minute: a node whose kubelet is not up yet stays quiet.
@@ -300,8 +308,13 @@ async fn serve_once(
         tokio::time::sleep(timing.socket_check).await;
     }
     let _ = stop_tx.send(());
-    match tokio::time::timeout(Duration::from_secs(5), server).await {
-        Ok(Ok(Ok(()))) | Err(_) => Ok(()),
+    // A graceful stop waits for open ListAndWatch streams, which never end by themselves: cut them after 5 s.
+    match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Err(_) => {
+            server.abort();
+            Ok(())
+        }
         Ok(Ok(Err(e))) => Err(format!("serving {}: {e}", sock.display())),
         Ok(Err(e)) => Err(format!("serving {}: {e}", sock.display())),
     }

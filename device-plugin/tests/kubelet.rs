@@ -162,14 +162,14 @@ impl Kubelet {
             .expect("stand-in stopped")
     }
 
-    /// What the kubelet does when it restarts: stop serving, remove its socket and every plugin socket.
-    async fn stop_and_clean(mut self) {
+    /// What the kubelet does when it restarts: stop serving, remove its socket and (`plugins`) every plugin socket.
+    async fn stop_and_clean(mut self, plugins: bool) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
         let _ = self.task.await;
         for e in fs::read_dir(&self.dir).unwrap().flatten() {
-            if e.file_name().to_string_lossy().ends_with(".sock") {
+            if e.file_name() == "kubelet.sock" || (plugins && e.file_name().to_string_lossy().ends_with(".sock")) {
                 fs::remove_file(e.path()).unwrap();
             }
         }
@@ -377,12 +377,21 @@ async fn registers_again_after_the_kubelet_restarts_and_waits_for_a_late_kubelet
     let mut s = kubelet.dial(&reg).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
     until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
 
-    kubelet.stop_and_clean().await;
+    kubelet.stop_and_clean(true).await;
     let mut kubelet = Kubelet::start(&node.kubelet_dir());
     let reg = kubelet.next_registration(Duration::from_secs(15)).await;
     assert_eq!(reg.resource_name, "rdma/hca");
     assert!(node.kubelet_dir().join(&reg.endpoint).exists(), "the plugin serves its socket again");
     let mut s = kubelet.dial(&reg).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+
+    // A kubelet that comes back without removing the plugin's socket: its new kubelet.sock is enough.
+    kubelet.stop_and_clean(false).await;
+    assert!(node.kubelet_dir().join(&reg.endpoint).exists());
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let again = kubelet.next_registration(Duration::from_secs(15)).await;
+    assert_eq!(again.endpoint, reg.endpoint);
+    let mut s = kubelet.dial(&again).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
     until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
     let log = plugin.log();
     assert!(log.matches("registering with the kubelet").count() <= 3, "bounded retry noise:\n{log}");
