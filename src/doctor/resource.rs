@@ -418,7 +418,7 @@ pub fn report(
             blockers.push(format!(
                 "no resource the kubelet registered lists a VF of this node ({} registered: {}): a pod asking for the \
                  RDMA resource stays Pending; check the device plugin's pod and log and its selectors \
-                 (kubectl -n kube-system logs -l app=sriovdp; deploy/sriovdp-config.yaml)",
+                 (kubectl -n kube-system logs -l app.kubernetes.io/name=sriov-rdma; deploy/sriov-rdma.yaml)",
                 kubelet.registered.len(),
                 if kubelet.registered.is_empty() {
                     "none".to_string()
