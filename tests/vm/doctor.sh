@@ -74,13 +74,23 @@ elif [ -n "$LA" ] && [ "$LA" -gt "$L0" ] && [ "$LA" -le "$L1" ] && echo "$D" | g
 else fail doctor-rxe-counters-moved "kernel link_downed $L0->$L1: $PL"; fi
 
 # An unhealthy VF and why: the PF down, doctor says the VF has no carrier because of it, with the fix.
-ip link set "$PF" down; sleep 1
+# The RDMA port follows the VF's carrier (rxe's netdev notifier): waited for, up to 5 s; doctor's word on the port
+# must be the kernel's (sysfs state and RDMA netlink, `rdma link`).
+ip link set "$PF" down
+for i in $(seq 1 50); do grep -q DOWN /sys/class/infiniband/rxe5/ports/1/state 2>/dev/null && break; sleep 0.1; done
+KS=$(cat /sys/class/infiniband/rxe5/ports/1/state 2>&1); KR=$(rdma link show rxe5/1 2>&1)
 D=$($PLUGIN doctor --interval 0 2>&1)
 echo "$D" | sed -n '/^Warnings/,$p' | sed 's/^/VMLOG doctor-unhealthy: /'
-if [ "$(cat /sys/class/net/$V/carrier 2>/dev/null)" != 1 ] \
-   && echo "$D" | grep -q "$V (VF 5 of $PF) is up without carrier because its PF $PF has no link.*ip link set $PF up" \
-   && echo "$D" | grep -q "RDMA device rxe5 port 1 is DOWN"; then pass doctor-says-why-a-vf-is-unhealthy
-else fail doctor-says-why-a-vf-is-unhealthy "carrier $(cat /sys/class/net/$V/carrier 2>&1)"; fi
+echo "VMLOG doctor-unhealthy: kernel: $V carrier $(cat /sys/class/net/$V/carrier 2>&1); rxe5 port 1 sysfs '$KS'; $KR"
+why=""
+[ "$(cat /sys/class/net/$V/carrier 2>/dev/null)" != 1 ] || why="$why VF-has-carrier"
+echo "$D" | grep -q "$V (VF 5 of $PF) is up without carrier because its PF $PF has no link.*ip link set $PF up" || why="$why no-VF-warning"
+case "$KR" in
+  *"state DOWN"*) echo "$D" | grep -q "RDMA device rxe5 port 1 is DOWN" || why="$why kernel-port-DOWN-but-no-warning" ;;
+  *"state ACTIVE"*) echo "$D" | grep -q "RDMA device rxe5 port 1 is" && why="$why kernel-port-ACTIVE-but-warned" ;;
+  *) why="$why rdma-link-show:$KR" ;;
+esac
+[ -z "$why" ] && pass "doctor-says-why-a-vf-is-unhealthy(port ${KS#*: } in sysfs)" || fail doctor-says-why-a-vf-is-unhealthy "$why"
 ip link set "$PF" up
 carrier - "$V" || echo "VMLOG doctor: $V has no carrier after the PF came back"
 rdma link delete rxe5
