@@ -395,3 +395,46 @@ fn the_bandwidth_test_says_clearly_when_it_cannot_run() {
         "{out}"
     );
 }
+
+#[test]
+fn doctor_shows_what_the_device_plugin_advertises_and_why_a_vf_is_unhealthy() {
+    root_only!();
+    // The daemon's own --dry-run (built by `cargo test --workspace`, next to sriov-rdma) is what doctor reports.
+    let dp = Path::new(env!("CARGO_BIN_EXE_sriov-rdma")).with_file_name("sriov-rdma-device-plugin");
+    assert!(dp.is_file(), "{} is missing: build the workspace (cargo build --workspace)", dp.display());
+    let bed = Bed::new("ddp", 2);
+    let (pci0, _) = bed.vfs[0].clone();
+    roce_port(&bed, &pci0, "mlx5_7", &bed.vfs[0].1, &[]);
+    let kubelet = bed.dir.join("kubelet");
+    fs::create_dir_all(&kubelet).unwrap();
+    let cfg = bed.dir.join("dp.json");
+    fs::write(&cfg, r#"{"resources":[{"name":"rdma/hca","selectors":{"drivers":["igbvf"]}}]}"#).unwrap();
+    let advertised = |r: &Value| -> Vec<(String, bool, String)> {
+        let res = r["resource"]["advertised"].as_array().unwrap_or_else(|| panic!("no advertised view: {r}"));
+        assert_eq!(res[0]["name"], "rdma/hca");
+        res[0]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let why = d["why"].as_str().unwrap_or_default().to_string();
+                (d["id"].as_str().unwrap().to_string(), d["healthy"].as_bool().unwrap(), why)
+            })
+            .collect()
+    };
+    let cfg_arg = cfg.to_str().unwrap();
+    let (_, out, err) =
+        doctor_in(&bed, &kubelet, &["--json", "--interval", "0", "--device-plugin-config", cfg_arg], None);
+    let before = advertised(&json(&out));
+    // The resource asks for RDMA (the default): VF 0 has an RDMA device, VF 1 has none.
+    assert_eq!(before, [(pci0.clone(), true, String::new())], "{err}");
+    // The RDMA port of VF 0 goes down: the device plugin would advertise it unhealthy, and doctor says why.
+    fs::write(bed.sysfs.join("class/infiniband/mlx5_7/ports/1/state"), "1: DOWN\n").unwrap();
+    let (_, out, _) =
+        doctor_in(&bed, &kubelet, &["--json", "--interval", "0", "--device-plugin-config", cfg_arg], None);
+    let r = json(&out);
+    let after = advertised(&r);
+    let vf0 = after.iter().find(|(id, _, _)| *id == pci0).expect("VF 0 listed");
+    assert!(!vf0.1 && vf0.2.contains("DOWN"), "{vf0:?}");
+    assert!(warnings(&r).iter().any(|w| w.contains(&pci0) && w.contains("unhealthy")), "{:?}", warnings(&r));
+}

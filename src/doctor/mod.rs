@@ -56,6 +56,8 @@ pub struct Options {
     pub config: Option<std::path::PathBuf>,
     /// A VF address standing in for the deviceID Multus would inject into `config`.
     pub device: Option<String>,
+    /// `--device-plugin-config FILE`: the device plugin's configuration, to show what it advertises and why.
+    pub device_plugin_config: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -69,6 +71,7 @@ impl Default for Options {
             kubelet_dir: resource::KUBELET_DIR.into(),
             config: None,
             device: None,
+            device_plugin_config: None,
         }
     }
 }
@@ -307,11 +310,15 @@ pub fn report(opts: &Options) -> Report {
         bandwidth = Some(bw);
         let node_vfs: Vec<crate::model::PciAddr> =
             pfs.iter().flat_map(|p| p.vfs.iter().filter_map(|v| crate::model::PciAddr::parse(&v.pci).ok())).collect();
+        let dry_run = opts
+            .device_plugin_config
+            .as_ref()
+            .map(|c| resource::DryRun { config: c.clone(), kubelet_dir: opts.kubelet_dir.clone() });
         let ropts = resource::Options {
             kubelet_dir: opts.kubelet_dir.clone(),
             config: opts.config.as_deref(),
             device: opts.device.as_deref(),
-            advertised: None,
+            advertised: dry_run.as_ref().map(|d| d as &dyn resource::Advertised),
         };
         resource = Some(resource::report(&paths, &records, &node_vfs, &ropts, &mut warnings, &mut blockers));
     }
@@ -602,7 +609,8 @@ pub fn render(r: &Report) -> String {
 }
 
 pub const USAGE: &str = "usage: sriov-rdma doctor [--json] [--netns PATH] [--interval SECS] [--cpus LIST] \
-[--bandwidth PEER [--rdma-device DEV[:PORT]]] [--kubelet-dir DIR] [--config FILE [--device PCI]]";
+[--bandwidth PEER [--rdma-device DEV[:PORT]]] [--kubelet-dir DIR] [--config FILE [--device PCI]] \
+[--device-plugin-config FILE]";
 
 /// Parses doctor's arguments; `Err` carries the message for a bad one.
 pub fn parse_args(args: &[String]) -> Result<(bool, Options), String> {
@@ -633,6 +641,7 @@ pub fn parse_args(args: &[String]) -> Result<(bool, Options), String> {
             "--rdma-device" => o.rdma_device = Some(value("an RDMA device name")?),
             "--kubelet-dir" => o.kubelet_dir = value("a directory")?.into(),
             "--config" => o.config = Some(value("a file")?.into()),
+            "--device-plugin-config" => o.device_plugin_config = Some(value("a file")?.into()),
             "--device" => {
                 let v = value("a VF PCI address")?;
                 crate::model::PciAddr::parse(&v).map_err(|e| format!("--device {v:?}: {e}"))?;

@@ -45,6 +45,67 @@ pub trait Advertised {
     fn resources(&self) -> Result<Vec<AdvertisedResource>, String>;
 }
 
+/// The device plugin's view as the daemon itself computes it: `sriov-rdma-device-plugin --dry-run --config FILE`
+/// (the binary next to this one, else on PATH), which selects, checks health and explains exactly as the running
+/// daemon does, so doctor cannot drift from it.
+pub struct DryRun {
+    pub config: PathBuf,
+    pub kubelet_dir: PathBuf,
+}
+
+impl Advertised for DryRun {
+    fn resources(&self) -> Result<Vec<AdvertisedResource>, String> {
+        const BIN: &str = "sriov-rdma-device-plugin";
+        let here = std::env::current_exe().ok().map(|e| e.with_file_name(BIN)).filter(|p| p.is_file());
+        let bin = here.unwrap_or_else(|| PathBuf::from(BIN));
+        let out = std::process::Command::new(&bin)
+            .arg("--dry-run")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--kubelet-dir")
+            .arg(&self.kubelet_dir)
+            .output()
+            .map_err(|e| format!("running {} --dry-run: {e}", bin.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} --dry-run --config {}: {}",
+                bin.display(),
+                self.config.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("reading {} --dry-run's answer: {e}", bin.display()))?;
+        let list = v.get("resources").and_then(|r| r.as_array()).cloned().unwrap_or_default();
+        Ok(list
+            .iter()
+            .map(|r| AdvertisedResource {
+                name: r.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string(),
+                devices: r
+                    .get("devices")
+                    .and_then(|d| d.as_array())
+                    .into_iter()
+                    .flatten()
+                    .map(|d| {
+                        let why: Vec<&str> = d
+                            .get("problems")
+                            .and_then(|p| p.as_array())
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|p| p.as_str())
+                            .collect();
+                        AdvertisedDevice {
+                            id: d.get("id").and_then(|i| i.as_str()).unwrap_or_default().to_string(),
+                            healthy: d.get("health").and_then(|h| h.as_str()) == Some("Healthy"),
+                            why: (!why.is_empty()).then(|| why.join("; ")),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct ResourceReport {
     pub kubelet: KubeletView,
