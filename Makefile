@@ -9,11 +9,12 @@ IMAGE ?= localhost/sriov-rdma
 all: release
 
 build:
-	$(CARGO) build
+	$(CARGO) build --workspace
 
-# Static executables (glibc linked in, see .cargo/config.toml): they start on any node.
+# Static executables (glibc linked in, see .cargo/config.toml): they start on any node. Both binaries:
+# sriov-rdma (the CNI) and sriov-rdma-device-plugin (the daemon `sriov-rdma device-plugin` runs).
 release:
-	$(CARGO) build --release
+	$(CARGO) build --release --workspace
 
 # The benchmarks cni-bench and netns-floor use the fake sysfs tree (the fixtures feature), which sriov-rdma is
 # built without; this builds only them, into target/release, and leaves sriov-rdma there as it is. The
@@ -40,8 +41,8 @@ LONG_TESTS = a_thousand_add_del_cycles_leak_nothing sigkill_at_random_moments mu
 # tests/install.rs checks the release binary and the image built from it: build it first.
 unit: deps release
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) test --all-targets -- --test-threads=4 $(addprefix --skip ,$(LONG_TESTS))
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --workspace --all-targets -- --test-threads=4 $(addprefix --skip ,$(LONG_TESTS))
 	$(CARGO) test --test soak --test crash --test fuzz -- --nocapture
 
 # Guest kernels of the emulated SR-IOV machine: 6.12 (bookworm-backports) and 7 (trixie-backports, the one
@@ -70,7 +71,7 @@ bench-vm: release bench-bins
 # tests/layout.rs: no module imports one that imports it back.
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --test layout
 
 # Side-by-side ADD+DEL timings and CPU time on stand-in VFs, one at a time and 8 and 16 at once (root).

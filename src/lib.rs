@@ -9,6 +9,7 @@ pub mod cni;
 pub mod doctor;
 pub mod flow;
 pub mod install;
+pub mod inventory;
 pub mod kernel;
 pub mod model;
 pub mod policy;

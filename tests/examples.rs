@@ -109,6 +109,7 @@ fn check_doc(v: &Value, p: &Path, seen: &mut Seen) {
             }
         }
         "ConfigMap" => {
+            // The device plugin's: the resource name once (data.resourceName), the config.json it reads.
             let data = v["data"].as_object().unwrap_or_else(|| panic!("{}: data", p.display()));
             if let Some(policy) = data.get("policy.json") {
                 // The check `sriov-rdma install --policy` makes before installing it.
@@ -118,28 +119,23 @@ fn check_doc(v: &Value, p: &Path, seen: &mut Seen) {
                 seen.checked += 1;
                 return;
             }
+            let default = str_of(&data["resourceName"], "data.resourceName", p);
             let cfg = str_of(&data["config.json"], "data[\"config.json\"]", p);
             let cfg: Value = serde_json::from_str(cfg).unwrap_or_else(|e| panic!("{}: config.json: {e}", p.display()));
-            let list = cfg["resourceList"].as_array().expect("the device plugin's resourceList");
+            let list = cfg["resources"].as_array().expect("the device plugin's resources");
             assert!(!list.is_empty());
             for r in list {
-                let rn = str_of(&r["resourceName"], "resourceName", p);
-                assert!(
-                    !rn.is_empty() && rn.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
-                    "{}: the device plugin wants resourceName to match [a-zA-Z0-9_]+, not {rn:?}",
-                    p.display()
-                );
-                // Its default prefix is intel.com; the NAD must name the same.
-                let prefix = r["resourcePrefix"].as_str().unwrap_or("intel.com");
+                let name = r["name"].as_str().unwrap_or(default);
+                let (domain, short) = name.split_once('/').expect("resource names are <domain>/<name>");
+                assert!(dns_name(domain) && !short.is_empty(), "{}: resource {name:?}", p.display());
                 let sel = &r["selectors"];
-                let sel = if sel.is_array() { &sel[0] } else { sel };
-                assert!(sel.is_object(), "{}: selectors of {rn}", p.display());
-                for key in ["vendors", "devices", "drivers", "pfNames"] {
+                for key in ["vendors", "devices", "drivers", "pfNames", "linkTypes"] {
                     if !sel[key].is_null() {
                         assert!(sel[key].as_array().is_some_and(|a| a.iter().all(Value::is_string)), "{key}");
                     }
                 }
-                seen.pools.insert(format!("{prefix}/{rn}"), sel["isRdma"] == true);
+                // requireRdma defaults to true: only VFs with an RDMA device (or vfio-pci) are offered.
+                seen.pools.insert(name.to_string(), r["requireRdma"] != false);
             }
         }
         "DaemonSet" => {
@@ -168,6 +164,8 @@ fn check_dirs(dirs: &[&str]) -> Seen {
     for p in &all {
         let text = fs::read_to_string(p).unwrap();
         match p.extension().and_then(|e| e.to_str()) {
+            // kustomize's file, not a Kubernetes object; the_deploy_manifests_are_valid_and_fit_together reads it.
+            _ if p.file_name().is_some_and(|n| n == "kustomization.yaml") => {}
             Some("yaml") | Some("yml") => {
                 for doc in serde_yaml_ng::Deserializer::from_str(&text) {
                     let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -201,51 +199,83 @@ fn every_example_and_conf_is_valid() {
 #[test]
 fn the_deploy_manifests_are_valid_and_fit_together() {
     let seen = check_dirs(&["deploy"]);
-    // The pod's resource is a device plugin pool of VFs with RDMA.
+    // The pod's resource is one the device plugin offers, VFs with RDMA.
     for res in seen.nads.values() {
-        assert_eq!(seen.pools.get(res), Some(&true), "the device plugin config has {res} with isRdma: true");
+        assert_eq!(seen.pools.get(res), Some(&true), "the device plugin config offers {res} (requireRdma)");
     }
-    assert_eq!(seen.daemonsets.len(), 1, "one installer DaemonSet");
+    // kustomization.yaml copies the ConfigMap's resourceName into the NAD's annotation.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let k: Value =
+        serde_yaml_ng::from_str(&fs::read_to_string(root.join("deploy/kustomization.yaml")).unwrap()).unwrap();
+    let r = &k["replacements"][0];
+    assert_eq!(r["source"]["kind"], "ConfigMap");
+    assert_eq!(r["source"]["fieldPath"], "data.resourceName");
+    assert_eq!(r["targets"][0]["select"]["kind"], "NetworkAttachmentDefinition");
+    assert_eq!(r["targets"][0]["fieldPaths"][0], "metadata.annotations.[k8s.v1.cni.cncf.io/resourceName]");
+    for f in k["resources"].as_array().unwrap() {
+        assert!(root.join("deploy").join(f.as_str().unwrap()).exists(), "kustomization lists {f}");
+    }
+
+    assert_eq!(seen.daemonsets.len(), 1, "one DaemonSet: installer and device plugin");
     let ds = &seen.daemonsets[0];
     let pod = &ds["spec"]["template"]["spec"];
-    let c = &pod["containers"][0];
-    // The image `make image` builds, at this version.
-    assert_eq!(c["image"], format!("localhost/sriov-rdma:{}", env!("CARGO_PKG_VERSION")));
-    let cmd: Vec<&str> = c["command"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .chain(c["args"].as_array().into_iter().flatten())
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert_eq!(&cmd[..2], ["/sriov-rdma", "install"], "{cmd:?}");
-    assert!(cmd.contains(&"--sleep"), "the one container stays up: {cmd:?}");
+    let cmd = |c: &Value| -> Vec<String> {
+        let words = c["command"].as_array().into_iter().chain(c["args"].as_array()).flatten();
+        words.map(|a| a.as_str().unwrap().to_string()).collect()
+    };
+    let init = &pod["initContainers"][0];
+    let dp = &pod["containers"][0];
+    for c in [init, dp] {
+        // The image `make image` builds, at this version.
+        assert_eq!(c["image"], format!("localhost/sriov-rdma:{}", env!("CARGO_PKG_VERSION")));
+    }
+    let init_cmd = cmd(init);
+    assert_eq!(&init_cmd[..2], ["/sriov-rdma", "install"], "the installer runs once, before the device plugin");
+    assert!(!init_cmd.iter().any(|a| a == "--sleep"), "an init container must exit: {init_cmd:?}");
+    let dp_cmd = cmd(dp);
+    assert_eq!(&dp_cmd[..2], ["/sriov-rdma", "device-plugin"], "{dp_cmd:?}");
     // The node policy: from the ConfigMap deploy/ ships (optional), into the host's /etc/sriov-rdma.
-    let src = cmd.iter().position(|a| *a == "--policy").map(|i| cmd[i + 1]).expect("--policy FILE");
+    let src = init_cmd.iter().position(|a| a == "--policy").map(|i| init_cmd[i + 1].clone()).expect("--policy FILE");
     let mount_of = |path: &str| {
-        let m = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == path);
+        let m = init["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == path);
         let m = m.unwrap_or_else(|| panic!("a volume mounted at {path}"));
         pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == m["name"]).unwrap().clone()
     };
-    let cm = mount_of(Path::new(src).parent().unwrap().to_str().unwrap());
+    let cm = mount_of(Path::new(&src).parent().unwrap().to_str().unwrap());
     assert_eq!(seen.policies, [cm["configMap"]["name"].as_str().unwrap()], "the policy ConfigMap deploy/ ships");
-    assert_eq!(Path::new(src).file_name().unwrap(), "policy.json");
+    assert_eq!(Path::new(&src).file_name().unwrap(), "policy.json");
     assert_eq!(cm["configMap"]["optional"], true, "a cluster without a policy still gets the plugin");
     assert_eq!(mount_of("/host/etc/sriov-rdma")["hostPath"]["path"], "/etc/sriov-rdma");
     // The host's CNI bin dir where the installer looks for it by default.
-    let mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/host/opt/cni/bin").unwrap();
+    let mount =
+        init["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == "/host/opt/cni/bin").unwrap();
     let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
     assert_eq!(vol["hostPath"]["path"], "/opt/cni/bin");
     assert_ne!(mount["readOnly"], true);
-    // No privilege beyond writing that directory.
-    let sc = &c["securityContext"];
+    // The installer: no privilege beyond writing that directory.
+    let sc = &init["securityContext"];
     assert_ne!(sc["privileged"], true);
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     assert_eq!(sc["readOnlyRootFilesystem"], true);
     assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
     assert!(sc["capabilities"]["add"].is_null());
     assert_eq!(sc["runAsUser"], 0);
-    assert!(pod["hostNetwork"].is_null() && pod["hostPID"].is_null());
+    // The device plugin: the kubelet's socket dir, where Multus reads device-info files, and its config.
+    let host_of = |mount_path: &str| {
+        let m = dp["volumeMounts"].as_array().unwrap().iter().find(|m| m["mountPath"] == mount_path).unwrap();
+        let v = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == m["name"]).unwrap();
+        v["hostPath"]["path"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(host_of("/var/lib/kubelet/device-plugins"), "/var/lib/kubelet/device-plugins");
+    assert_eq!(host_of("/var/run/k8s.cni.cncf.io/devinfo/dp"), "/var/run/k8s.cni.cncf.io/devinfo/dp");
+    let cfg_arg = dp_cmd.iter().position(|a| a == "--config").map(|i| dp_cmd[i + 1].clone()).unwrap();
+    let cfg_mount =
+        dp["volumeMounts"].as_array().unwrap().iter().find(|m| cfg_arg.starts_with(m["mountPath"].as_str().unwrap()));
+    assert!(cfg_mount.is_some(), "{cfg_arg} is mounted from the ConfigMap");
+    let env = dp["env"].as_array().unwrap().iter().find(|e| e["name"] == "RDMA_RESOURCE_NAME").unwrap();
+    assert_eq!(env["valueFrom"]["configMapKeyRef"]["key"], "resourceName");
+    assert_eq!(pod["hostNetwork"], true, "sysfs of the host's netns: PF link state, VF netdevs");
+    assert!(pod["hostPID"].is_null());
     assert_eq!(pod["nodeSelector"]["feature.node.kubernetes.io/network-sriov.capable"], "true");
     assert!(!pod["tolerations"].as_array().unwrap().is_empty());
 }

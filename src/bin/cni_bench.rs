@@ -380,6 +380,54 @@ fn main() {
     }
 }
 
+/// The CNI binary itself: its size, and its start-up as `CNI_COMMAND=VERSION` (exec, parse, print, exit: what
+/// every invocation pays before any work), `runs` interleaved runs beside Debian's host-device (a Go plugin),
+/// medians. The device plugin is a binary of its own (sriov-rdma-device-plugin), so its async runtime adds
+/// nothing here.
+fn startup(plugin: &Path, host_device: &Path, runs: usize) -> Result<(), String> {
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| format!("{}: {e}", p.display()));
+    let once = |p: &Path| -> Result<f64, String> {
+        let t = Instant::now();
+        let mut c = Command::new(p)
+            .env_clear()
+            .env("CNI_COMMAND", "VERSION")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("running {}: {e}", p.display()))?;
+        if let Some(mut i) = c.stdin.take() {
+            let _ = i.write_all(br#"{"cniVersion":"1.0.0"}"#);
+        }
+        let st = c.wait().map_err(|e| format!("waiting for {}: {e}", p.display()))?;
+        if !st.success() {
+            return Err(format!("{} VERSION: {st}", p.display()));
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        ours.push(once(plugin)?);
+        theirs.push(once(host_device)?);
+    }
+    let (o, h) = (bench_util::median(&mut ours), bench_util::median(&mut theirs));
+    let dp = plugin.with_file_name("sriov-rdma-device-plugin");
+    println!("The binaries: size, and start-up (CNI_COMMAND=VERSION), median of {runs} interleaved runs");
+    println!("  {:<44} {:>10} B  {:>8.3} ms", "sriov-rdma", size(plugin)?, o);
+    println!(
+        "  {:<44} {:>10} B  {:>8.3} ms  (sriov-rdma: {:.2}x)",
+        "host-device (Debian, Go)",
+        size(host_device)?,
+        h,
+        o / h
+    );
+    if let Ok(n) = size(&dp) {
+        println!("  {:<44} {:>10} B  (a daemon of its own; not in the CNI)", "sriov-rdma-device-plugin", n);
+    }
+    println!();
+    Ok(())
+}
+
 fn real_vfs(pcis: &[String]) -> Result<Target, String> {
     let mut vfs = Vec::new();
     for (i, pci) in pcis.iter().enumerate() {
@@ -406,6 +454,7 @@ fn run(n: usize, t: &Target, extra: &HashMap<&'static str, String>, sampling: Op
     let plugin = me.with_file_name("sriov-rdma");
     let plugin = if plugin.exists() { plugin } else { PathBuf::from("/opt/cni/bin/sriov-rdma") };
     let host_device = Path::new(&t.cni_path).join("host-device");
+    startup(&plugin, &host_device, n.max(20) * 10)?;
     let mut base: HashMap<&str, String> = extra.clone();
     base.insert("CNI_PATH", t.cni_path.clone());
     let case = |name, kind, ipam| {

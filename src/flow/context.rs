@@ -135,14 +135,25 @@ pub(super) fn find_host_netdev(
     name: &str,
     wait: Duration,
 ) -> CniResult<Option<Link>> {
+    find_host_netdev_in(&host.sysfs, &mut host.route, rec, name, wait)
+}
+
+/// [`find_host_netdev`] with the sysfs view and the host's route socket given apart (a caller without a [`Host`]).
+pub fn find_host_netdev_in(
+    sysfs: &Sysfs,
+    route: &mut RouteSocket,
+    rec: &Attachment,
+    name: &str,
+    wait: Duration,
+) -> CniResult<Option<Link>> {
     let deadline = Instant::now() + wait;
     loop {
-        let by_name = host.route.link_by_name(name).ctx(|| format!("looking up VF {} as {name}", rec.pci))?;
+        let by_name = route.link_by_name(name).ctx(|| format!("looking up VF {} as {name}", rec.pci))?;
         if let Some(l) = by_name.filter(|l| is_ours(l, rec)) {
             return Ok(Some(l));
         }
-        for n in host.sysfs.netdevs(&rec.pci) {
-            let l = host.route.link_by_name(&n).ctx(|| format!("looking up VF {} as {n}", rec.pci))?;
+        for n in sysfs.netdevs(&rec.pci) {
+            let l = route.link_by_name(&n).ctx(|| format!("looking up VF {} as {n}", rec.pci))?;
             // sysfs lists the VF's own netdevs: a stand-in without a parent is taken on its word.
             if let Some(l) = l.filter(|l| l.parent.as_deref().is_none_or(|p| p == rec.pci.as_str())) {
                 return Ok(Some(l));

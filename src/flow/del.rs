@@ -76,7 +76,8 @@ pub fn release(
 /// or `sriov-rdma gc`.
 fn came_back(host: &mut Host, rec: &Attachment, netns: &str) -> CniResult<()> {
     let Some(orig) = &rec.netdev else { return Ok(()) };
-    if !host.sysfs.pci_dir(&rec.pci).exists() {
+    // Gone from sysfs, or bound to no driver (an interrupted rebind; the undo binds it): in no namespace at all.
+    if !host.sysfs.pci_dir(&rec.pci).exists() || host.sysfs.driver(&rec.pci).is_none() {
         return Ok(());
     }
     if find_host_netdev(host, rec, &orig.name, RETURN_WAIT)?.is_some() {

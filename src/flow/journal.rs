@@ -112,7 +112,9 @@ impl Step {
                 }
                 // An admin MAC still in force is the AdminMac step's to lift, after this one.
                 let mac = !earlier.iter().any(|s| matches!(s, Step::AdminMac(_)));
-                u.restore_host(mac, Duration::ZERO);
+                // A VF an interrupted rebind left unbound has no netdev anywhere until it is bound again.
+                let wait = if u.bind_if_unbound() { RETURN_WAIT } else { Duration::ZERO };
+                u.restore_host(mac, wait);
             }
             Step::Ipam => {
                 let started = ipam::spawn(u.s.conf, u.s.env, "DEL", &u.target);

@@ -3,14 +3,15 @@
 //! forwards GC to a secondary plugin; containerd never calls it).
 
 use super::attachment::Attachment;
-use super::context::{find_host_netdev, not_usable, Host, Paths};
+use super::context::{find_host_netdev_in, not_usable, Host, Paths};
 use super::del::{finish, release};
 use super::ipam::Target;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::CniResult;
+use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
-use crate::kernel::sysfs::Vf;
+use crate::kernel::sysfs::{Sysfs, Vf};
 use crate::model::PciAddr;
 use serde::Serialize;
 use std::time::Duration;
@@ -43,17 +44,32 @@ pub fn netns_gone(path: &str) -> bool {
 /// Where the record's VF is. A path that went away proves nothing while the VF is still inside a namespace
 /// someone holds: only a VF back on the host makes an orphan.
 pub fn whereabouts(host: &mut Host, rec: &Attachment) -> CniResult<Whereabouts> {
+    whereabouts_in(&host.sysfs, &mut host.route, rec)
+}
+
+/// [`whereabouts`] for a caller without a [`Host`] (doctor).
+pub fn whereabouts_in(sysfs: &Sysfs, route: &mut RouteSocket, rec: &Attachment) -> CniResult<Whereabouts> {
     let gone = netns_gone(&rec.netns);
     let Some(orig) = &rec.netdev else {
         return Ok(if gone { Whereabouts::Orphan } else { Whereabouts::Live });
     };
-    if !host.sysfs.pci_dir(&rec.pci).exists() {
+    if !sysfs.pci_dir(&rec.pci).exists() {
         return Ok(Whereabouts::Orphan);
     }
-    if find_host_netdev(host, rec, &orig.name, Duration::ZERO)?.is_some() {
+    // Bound to no driver (an interrupted rebind): in no namespace; an orphan once its pod's namespace is gone.
+    if sysfs.driver(&rec.pci).is_none() {
+        return Ok(if gone { Whereabouts::Orphan } else { Whereabouts::Live });
+    }
+    if find_host_netdev_in(sysfs, route, rec, &orig.name, Duration::ZERO)?.is_some() {
         return Ok(Whereabouts::Orphan);
     }
     Ok(if gone { Whereabouts::Held } else { Whereabouts::Live })
+}
+
+/// Whether the record is an orphan, for a report: a host that cannot be read (no route socket) says no.
+pub fn is_orphan(sysfs: &Sysfs, rec: &Attachment) -> bool {
+    let Ok(mut route) = RouteSocket::new() else { return false };
+    matches!(whereabouts_in(sysfs, &mut route, rec), Ok(Whereabouts::Orphan))
 }
 
 /// The VF as sysfs shows it after a reclaim, with the netdev name the reclaim left it under.

@@ -70,6 +70,6 @@ done | awk '!seen[$0]++' | while read -r ko; do
   esac
 done
 cp "$here/init.sh" "$root/init"; chmod +x "$root/init"
-for f in scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh; do cp "$here/$f" "$root/$f"; done
+for f in scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh doctor.sh; do cp "$here/$f" "$root/$f"; done
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out"
 echo "$out"

@@ -86,3 +86,16 @@ say "The host restored: VF 1's PF-side settings and $V as before"
 ip link show "$PF" | grep "vf 1 " | show
 ip -o link show "$V" | cut -d' ' -f2-5 | show
 ls /var/lib/cni/sriov-rdma/*.json >/dev/null 2>&1 && echo "DEMO    (an attachment record is left!)" || echo "DEMO    no attachment record left"
+
+say "Troubleshooting: VF 1 made unhealthy (its PF $PF loses link), and sriov-rdma doctor saying why"
+ip link set "$V" up; for i in $(seq 1 100); do [ "$(cat /sys/class/net/$V/carrier 2>/dev/null)" = 1 ] && break; sleep 0.1; done
+/usr/sbin/rdma link add rxe9 type rxe netdev "$V"
+ip link set "$PF" down
+for i in $(seq 1 50); do grep -q DOWN /sys/class/infiniband/rxe9/ports/1/state 2>/dev/null && break; sleep 0.1; done
+echo "DEMO    ip link set $PF down; cat /sys/class/net/$V/carrier -> $(cat /sys/class/net/$V/carrier 2>&1)"
+echo "DEMO    \$ sriov-rdma doctor --interval 2   (its warnings, each with the command that fixes it)"
+$PLUGIN doctor --interval 2 2>&1 | sed -n '/^Warnings/,$p' | grep -E "$PF|$V|rxe9" | show
+ip link set "$PF" up
+for i in $(seq 1 100); do [ "$(cat /sys/class/net/$V/carrier 2>/dev/null)" = 1 ] && break; sleep 0.1; done
+echo "DEMO    ip link set $PF up: $V carrier $(cat /sys/class/net/$V/carrier 2>&1); doctor now: $($PLUGIN doctor --interval 0 2>&1 | grep -cE "$V \\(VF 1|$PF is down|rxe9 port 1 is") warnings about them"
+/usr/sbin/rdma link delete rxe9; ip link set "$V" down

@@ -502,7 +502,7 @@ if cni ADD cub /var/run/netns/pub net1 "$CU" >/dev/null; then
   echo "$P6" > /sys/bus/pci/drivers/igbvf/unbind
   [ -e /sys/bus/pci/devices/$P6/driver ] && why="$why still-bound"
   ip -n pub link show net1 >/dev/null 2>&1 && why="$why net1-still-in-pod"
-  cni DEL cub /var/run/netns/pub net1 "$CU" || why="$why DEL: $(cat /tmp/err | tr '\n' ' ')"
+  cni DEL cub /var/run/netns/pub net1 "$CU" >/dev/null || why="$why DEL: $(cat /tmp/err | tr '\n' ' ')"
   grep -q "bound to no driver" /tmp/err || why="$why no-bind-logged"
   [ "$(basename "$(readlink /sys/bus/pci/devices/$P6/driver)")" = igbvf ] || why="$why not-bound-to-igbvf"
 else why="ADD: $(cat /tmp/err)"; fi
@@ -540,3 +540,6 @@ for d in 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.5; do
 done
 [ $okk = 1 ] && [ $killed -gt 0 ] && pass "sigkill-mid-add-then-del-restores-a-real-vf($killed of 8 killed mid-ADD)" \
   || fail sigkill-mid-add-then-del-restores-a-real-vf "killed=$killed, see VMLOG"
+
+# doctor's link and bandwidth questions (last: it cycles the PF's link).
+. /doctor.sh

@@ -5,8 +5,10 @@ PLUGIN=/opt/cni/bin/sriov-rdma
 ip() { /usr/sbin/ip "$@"; }
 rdma() { /usr/sbin/rdma "$@"; }
 export CNI_PATH=/opt/cni/bin
-fail() { echo "RESULT $1 FAIL $2"; }
-pass() { echo "RESULT $1 PASS"; }
+# A result starts a line of its own even after output without a trailing newline (a plugin's JSON on stdout), so
+# run.sh, which counts lines that start with RESULT, never misses one.
+fail() { printf '\nRESULT %s FAIL %s\n' "$1" "$2"; }
+pass() { printf '\nRESULT %s PASS\n' "$1"; }
 
 PF=""
 for n in /sys/class/net/*; do

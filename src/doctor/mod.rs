@@ -3,6 +3,13 @@
 //! A report of the SR-IOV PFs and their VFs (PF-side settings, who has each VF), the RDMA devices with their
 //! ports and GID tables (like `show_gids`), the RDMA netns mode and what it means for the `rdma` policy, and
 //! warnings with the fix. Exit status 1 when something blocks ADD.
+//!
+//! One file per question an operator asks: [`link`] (is the link stable?), [`bandwidth`] (why is it slow?),
+//! [`resource`] (why does a pod get no VF?).
+
+pub mod bandwidth;
+pub mod link;
+pub mod resource;
 
 use crate::flow::attachment::Attachment;
 use crate::flow::context::{Host, Paths};
@@ -24,8 +31,49 @@ pub struct Report {
     pub rdma: RdmaReport,
     /// What NCCL needs to use each RDMA port bound to an interface of this view with an IPv4 RoCE v2 GID.
     pub nccl: Vec<NcclSettings>,
+    /// Is the link stable? (host view)
+    pub link: Option<link::LinkReport>,
+    /// Why is bandwidth below expectation? (host view)
+    pub bandwidth: Option<bandwidth::BandwidthReport>,
+    /// Why does a pod get no VF? (host view)
+    pub resource: Option<resource::ResourceReport>,
     pub warnings: Vec<String>,
     pub blockers: Vec<String>,
+}
+
+/// What a doctor run is asked for, beyond the readiness report.
+pub struct Options {
+    pub netns: Option<String>,
+    /// The time between the two reads of the link counters; zero reads once.
+    pub interval: std::time::Duration,
+    /// The CPUs a pod runs on, checked against the NIC's NUMA node.
+    pub cpus: Option<Vec<u32>>,
+    /// `--bandwidth PEER`: run the verbs bandwidth test against PEER.
+    pub bandwidth_peer: Option<String>,
+    /// The RDMA device (and port) the bandwidth test uses; default the first with an IPv4 RoCE v2 GID.
+    pub rdma_device: Option<String>,
+    pub kubelet_dir: std::path::PathBuf,
+    pub config: Option<std::path::PathBuf>,
+    /// A VF address standing in for the deviceID Multus would inject into `config`.
+    pub device: Option<String>,
+    /// `--device-plugin-config FILE`: the device plugin's configuration, to show what it advertises and why.
+    pub device_plugin_config: Option<std::path::PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            netns: None,
+            interval: std::time::Duration::from_secs(1),
+            cpus: None,
+            bandwidth_peer: None,
+            rdma_device: None,
+            kubelet_dir: resource::KUBELET_DIR.into(),
+            config: None,
+            device: None,
+            device_plugin_config: None,
+        }
+    }
 }
 
 /// `NCCL_IB_HCA=<dev>:<port>`, `NCCL_IB_GID_INDEX=<gid_index>`, `NCCL_SOCKET_IFNAME=<ifname>` for one interface.
@@ -157,8 +205,9 @@ fn read_num(p: std::path::PathBuf) -> Option<i64> {
     fs::read_to_string(p).ok()?.trim().parse().ok()
 }
 
-/// Builds the report. `netns` switches the RDMA part to a pod's view.
-pub fn report(netns: Option<&str>) -> Report {
+/// Builds the report. `--netns` switches the RDMA part to a pod's view, and leaves the host-side questions out.
+pub fn report(opts: &Options) -> Report {
+    let netns = opts.netns.as_deref();
     let paths = Paths::of_process();
     let sysfs = paths.sysfs();
     let mut warnings = Vec::new();
@@ -237,7 +286,71 @@ pub fn report(netns: Option<&str>) -> Report {
         },
     };
     let nccl = nccl_settings(&rdma.devices);
-    Report { view, pfs, rdma, nccl, warnings, blockers }
+    let (mut link, mut bandwidth, mut resource) = (None, None, None);
+    if netns.is_none() {
+        let mut watched = Vec::new();
+        for pf in &pfs {
+            watched.push(link::Watched { name: pf.name.clone(), role: "PF".into() });
+            for v in &pfs_vf_netdevs(pf) {
+                watched.push(link::Watched { name: v.1.clone(), role: format!("VF {} of {}", v.0, pf.name) });
+            }
+        }
+        link = Some(link::report(&sysfs, &watched, opts.interval, &mut warnings));
+        let mut bw = bandwidth::BandwidthReport::default();
+        for pf in &pfs {
+            if let Ok(pci) = crate::model::PciAddr::parse(&pf.pci) {
+                let r = bandwidth::PfRef { name: &pf.name, pci: &pci };
+                bw.pfs.push(bandwidth::pf_report(&sysfs, &r, opts.cpus.as_deref(), &mut warnings));
+            }
+        }
+        bw.ports = bandwidth::port_mtus(&sysfs, &mut warnings);
+        if let Some(peer) = &opts.bandwidth_peer {
+            bw.test = Some(bandwidth_test(peer, opts.rdma_device.as_deref(), &nccl, &sysfs));
+        }
+        bandwidth = Some(bw);
+        let node_vfs: Vec<crate::model::PciAddr> =
+            pfs.iter().flat_map(|p| p.vfs.iter().filter_map(|v| crate::model::PciAddr::parse(&v.pci).ok())).collect();
+        let dry_run = opts
+            .device_plugin_config
+            .as_ref()
+            .map(|c| resource::DryRun { config: c.clone(), kubelet_dir: opts.kubelet_dir.clone() });
+        let ropts = resource::Options {
+            kubelet_dir: opts.kubelet_dir.clone(),
+            config: opts.config.as_deref(),
+            device: opts.device.as_deref(),
+            advertised: dry_run.as_ref().map(|d| d as &dyn resource::Advertised),
+        };
+        resource = Some(resource::report(&paths, &records, &node_vfs, &ropts, &mut warnings, &mut blockers));
+    }
+    Report { view, pfs, rdma, nccl, link, bandwidth, resource, warnings, blockers }
+}
+
+/// (VF index, netdev) of each VF of a PF that has a netdev in the host namespace.
+fn pfs_vf_netdevs(pf: &PfReport) -> Vec<(u32, String)> {
+    pf.vfs.iter().filter_map(|v| Some((v.index, v.netdev.clone()?))).collect()
+}
+
+/// `--bandwidth PEER` from the port `--rdma-device` names (`dev` or `dev:port`), else the first port with an IPv4
+/// RoCE v2 GID; the line rate beside it is the port's `rate`, else its netdev's speed.
+fn bandwidth_test(peer: &str, want: Option<&str>, nccl: &[NcclSettings], sysfs: &Sysfs) -> bandwidth::BandwidthTest {
+    let pick = nccl.iter().find(|n| match want {
+        None => true,
+        Some(w) => n.hca == w || n.hca.split(':').next() == Some(w),
+    });
+    let hca = pick.and_then(|n| {
+        let (dev, port) = n.hca.split_once(':')?;
+        Some((dev.to_string(), port.parse::<u32>().ok()?, n.gid_index, n.ifname.clone()))
+    });
+    let line = hca.as_ref().and_then(|(dev, port, _, ifname)| {
+        sysfs.ib_port_attr(dev, *port, "rate").and_then(|r| bandwidth::parse_rate(&r)).or_else(|| {
+            fs::read_to_string(sysfs.root.join("class/net").join(ifname).join("speed"))
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .filter(|s| *s > 0.0)
+                .map(|s| s / 1000.0)
+        })
+    });
+    bandwidth::run_test(peer, hca.as_ref().map(|(d, p, g, _)| (d.as_str(), *p, *g)), line, None)
 }
 
 fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>) -> Vec<PfReport> {
@@ -471,6 +584,15 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(o, "  {} ({}): {}", n.ifname, n.address, n.env());
         }
     }
+    if let Some(l) = &r.link {
+        link::render(l, &mut o);
+    }
+    if let Some(b) = &r.bandwidth {
+        bandwidth::render(b, &mut o);
+    }
+    if let Some(res) = &r.resource {
+        resource::render(res, &mut o);
+    }
     if !r.warnings.is_empty() {
         let _ = writeln!(o, "\nWarnings");
         for w in &r.warnings {
@@ -478,7 +600,7 @@ pub fn render(r: &Report) -> String {
         }
     }
     if !r.blockers.is_empty() {
-        let _ = writeln!(o, "\nBlocking ADD");
+        let _ = writeln!(o, "\nBlocking ADD (a pod cannot get a VF)");
         for b in &r.blockers {
             let _ = writeln!(o, "  - {b}");
         }
@@ -486,30 +608,65 @@ pub fn render(r: &Report) -> String {
     o
 }
 
-/// `doctor [--json] [--netns PATH]`; returns the exit status.
-pub fn main(args: &[String]) -> i32 {
+pub const USAGE: &str = "usage: sriov-rdma doctor [--json] [--netns PATH] [--interval SECS] [--cpus LIST] \
+[--bandwidth PEER [--rdma-device DEV[:PORT]]] [--kubelet-dir DIR] [--config FILE [--device PCI]] \
+[--device-plugin-config FILE]";
+
+/// Parses doctor's arguments; `Err` carries the message for a bad one.
+pub fn parse_args(args: &[String]) -> Result<(bool, Options), String> {
     let mut json = false;
-    let mut netns = None;
+    let mut o = Options::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        let mut value = |what: &str| it.next().cloned().ok_or_else(|| format!("{a} needs {what}"));
         match a.as_str() {
             "--json" => json = true,
-            "--netns" => match it.next() {
-                Some(p) => netns = Some(p.clone()),
-                None => {
-                    eprintln!("sriov-rdma doctor: --netns needs a path");
-                    return 2;
-                }
-            },
-            other => {
-                eprintln!(
-                    "sriov-rdma doctor: unknown argument {other:?}\nusage: sriov-rdma doctor [--json] [--netns PATH]"
-                );
-                return 2;
+            "--netns" => o.netns = Some(value("a path")?),
+            "--interval" => {
+                let v = value("a number of seconds")?;
+                let secs: f64 = v
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| (0.0..=60.0).contains(s))
+                    .ok_or_else(|| format!("--interval {v:?}: a number of seconds from 0 to 60"))?;
+                o.interval = std::time::Duration::from_secs_f64(secs);
             }
+            "--cpus" => {
+                let v = value("a CPU list (0-7,16)")?;
+                o.cpus = Some(
+                    bandwidth::parse_cpu_list(&v).ok_or_else(|| format!("--cpus {v:?}: not a CPU list like 0-7,16"))?,
+                );
+            }
+            "--bandwidth" => o.bandwidth_peer = Some(value("the peer's address")?),
+            "--rdma-device" => o.rdma_device = Some(value("an RDMA device name")?),
+            "--kubelet-dir" => o.kubelet_dir = value("a directory")?.into(),
+            "--config" => o.config = Some(value("a file")?.into()),
+            "--device-plugin-config" => o.device_plugin_config = Some(value("a file")?.into()),
+            "--device" => {
+                let v = value("a VF PCI address")?;
+                crate::model::PciAddr::parse(&v).map_err(|e| format!("--device {v:?}: {e}"))?;
+                o.device = Some(v);
+            }
+            other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    let r = report(netns.as_deref());
+    if o.device.is_some() && o.config.is_none() {
+        return Err("--device goes with --config FILE".into());
+    }
+    Ok((json, o))
+}
+
+/// `sriov-rdma doctor …`; returns the exit status: 0, 1 when something blocks a pod (or the bandwidth test
+/// asked for could not run), 2 for bad arguments.
+pub fn main(args: &[String]) -> i32 {
+    let (json, opts) = match parse_args(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("sriov-rdma doctor: {e}\n{USAGE}");
+            return 2;
+        }
+    };
+    let r = report(&opts);
     if json {
         match serde_json::to_string_pretty(&r) {
             Ok(s) => println!("{s}"),
@@ -521,7 +678,8 @@ pub fn main(args: &[String]) -> i32 {
     } else {
         print!("{}", render(&r));
     }
-    i32::from(!r.blockers.is_empty())
+    let test_failed = r.bandwidth.as_ref().and_then(|b| b.test.as_ref()).is_some_and(|t| t.error.is_some());
+    i32::from(!r.blockers.is_empty() || test_failed)
 }
 
 #[cfg(test)]

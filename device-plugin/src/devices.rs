@@ -1,0 +1,419 @@
+//! What a resource offers (its VFs and their health, from the node inventory), what a container gets for the VFs
+//! the kubelet allocated, and which VFs to prefer. Synchronous and free of the RPC layer.
+
+use crate::api;
+use crate::config::Resource;
+use serde::Serialize;
+use sriov_rdma_cni::inventory::{Inventory, Pf, Unhealthy, VfInfo};
+use sriov_rdma_cni::model::PciAddr;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+pub const HEALTHY: &str = "Healthy";
+pub const UNHEALTHY: &str = "Unhealthy";
+
+/// The host paths the plugin reads and writes; each can be moved (flags, environment) for tests.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    pub sysfs: PathBuf,
+    /// Where the character devices are (`/dev`).
+    pub dev_root: PathBuf,
+    /// The kubelet's device plugin directory (`/var/lib/kubelet/device-plugins`).
+    pub kubelet_dir: PathBuf,
+    /// Where Multus reads device-info files (`/var/run/k8s.cni.cncf.io/devinfo/dp`).
+    pub devinfo_dir: PathBuf,
+    /// The CNI's attachment records (`/var/lib/cni/sriov-rdma`).
+    pub state_dir: PathBuf,
+}
+
+/// Does the resource take this VF (now)? `in_pod`: the VF is attached, its netdev and RDMA device are in a pod
+/// and invisible here, so `requireRdma` cannot be judged and is not.
+pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, in_pod: bool) -> bool {
+    let s = &res.selectors;
+    let any = |list: &[String], v: Option<&str>| list.is_empty() || v.is_some_and(|v| list.iter().any(|l| l == v));
+    let pf_named = s.pf_names.is_empty()
+        || s.pf_names.iter().any(|n| pf.netdev.as_deref() == Some(n.as_str()) || pf.rdma.contains(n));
+    let link = pf.link_type.clone().or_else(|| {
+        let ll = vf.rdma.iter().flat_map(|d| &d.ports).find_map(|p| p.link_layer.clone())?;
+        Some(if ll.eq_ignore_ascii_case("infiniband") { "infiniband".into() } else { "ether".into() })
+    });
+    pf_named
+        && any(&s.vendors, vf.ids.vendor.as_deref())
+        && any(&s.devices, vf.ids.device.as_deref())
+        && any(&s.drivers, vf.driver.as_deref())
+        && any(&s.link_types, link.as_deref())
+        && (s.numa_nodes.is_empty() || vf.numa_node.is_some_and(|n| s.numa_nodes.contains(&n)))
+        && (!res.require_rdma || in_pod || !vf.rdma.is_empty() || vf.is_vfio())
+}
+
+/// The PCI addresses of VFs with an attachment record: their netdev and RDMA device are in a pod.
+pub fn attached(state_dir: &Path) -> BTreeSet<PciAddr> {
+    std::fs::read_dir(state_dir)
+        .map(|rd| {
+            rd.filter_map(|e| {
+                let name = e.ok()?.file_name();
+                PciAddr::parse(name.to_str()?.strip_suffix(".json")?).ok()
+            })
+            .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One advertised device and why it is unhealthy (for `--dry-run` and the logs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Offered {
+    pub id: String,
+    pub health: &'static str,
+    pub numa_node: Option<u32>,
+    pub pf: Option<String>,
+    pub driver: Option<String>,
+    pub rdma_devices: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+impl Offered {
+    pub fn device(&self) -> api::Device {
+        api::Device {
+            id: self.id.clone(),
+            health: self.health.to_string(),
+            topology: self.numa_node.map(|n| api::TopologyInfo { nodes: vec![api::NumaNode { id: i64::from(n) }] }),
+        }
+    }
+}
+
+/// The devices of one resource: the VFs it selects now, plus those it offered before (`seen`), which stay listed
+/// as Unhealthy when they are gone or no longer qualify, so the kubelet does not count them as free. A VF with an
+/// attachment record (`attached`) has its RDMA device in a pod: its port state is not the host's to judge.
+pub fn offer(res: &Resource, inv: &Inventory, seen: &BTreeSet<String>, attached: &BTreeSet<PciAddr>) -> Vec<Offered> {
+    let mut out: BTreeMap<String, Offered> = BTreeMap::new();
+    for (pf, vf) in inv.vfs() {
+        let id = vf.pci.to_string();
+        let selected = selects(res, pf, vf, attached.contains(&vf.pci));
+        if !selected && !seen.contains(&id) {
+            continue;
+        }
+        let mut problems: Vec<Unhealthy> = vf.problems(pf);
+        if attached.contains(&vf.pci) {
+            problems.retain(|p| !matches!(p, Unhealthy::RdmaPortNotActive { .. }));
+        }
+        let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        if !selected {
+            problems.push("it no longer matches the resource's selectors (driver or RDMA device changed)".into());
+        }
+        out.insert(
+            id.clone(),
+            Offered {
+                health: if problems.is_empty() { HEALTHY } else { UNHEALTHY },
+                numa_node: vf.numa_node,
+                pf: pf.netdev.clone(),
+                driver: vf.driver.clone(),
+                rdma_devices: vf.rdma.iter().map(|d| d.name.clone()).collect(),
+                problems,
+                id,
+            },
+        );
+    }
+    let gone: Vec<&String> = seen.iter().filter(|id| !out.contains_key(*id)).collect();
+    for id in gone {
+        out.insert(
+            id.clone(),
+            Offered {
+                id: id.clone(),
+                health: UNHEALTHY,
+                numa_node: None,
+                pf: None,
+                driver: None,
+                rdma_devices: Vec::new(),
+                problems: vec![Unhealthy::Gone.to_string()],
+            },
+        );
+    }
+    out.into_values().collect()
+}
+
+/// What one container gets for its VFs: their character devices, the `PCIDEVICE_*` variables and the device-info
+/// file for each VF. An ID that is not a VF of this node, or a character device that is missing, fails the
+/// allocation (the container could not use it), naming it.
+pub fn allocate(
+    res: &Resource,
+    inv: &Inventory,
+    ids: &[String],
+    paths: &Paths,
+) -> Result<api::ContainerAllocateResponse, String> {
+    let mut devices: Vec<api::DeviceSpec> = Vec::new();
+    let add = |rel: String, devices: &mut Vec<api::DeviceSpec>| -> Result<(), String> {
+        let host = paths.dev_root.join(&rel);
+        if !host.exists() {
+            return Err(format!("{} does not exist", host.display()));
+        }
+        let host_path = host.display().to_string();
+        if !devices.iter().any(|d| d.host_path == host_path) {
+            devices.push(api::DeviceSpec {
+                container_path: format!("/dev/{rel}"),
+                host_path,
+                permissions: "rw".into(),
+            });
+        }
+        Ok(())
+    };
+    let mut info: BTreeMap<String, BTreeMap<&str, BTreeMap<&str, String>>> = BTreeMap::new();
+    let mut vfs = Vec::new();
+    for id in ids {
+        let pci = PciAddr::parse(id).map_err(|e| format!("device ID {id:?} {e}"))?;
+        let (_, vf) = inv.vf(&pci).ok_or_else(|| format!("device {id} is not a VF on this node (any more)"))?;
+        let what = |e: String| format!("device {id}: {e}");
+        let mut entry = BTreeMap::new();
+        entry.insert("generic", BTreeMap::from([("deviceID", id.clone())]));
+        if vf.is_vfio() {
+            let group =
+                vf.iommu_group.as_ref().ok_or_else(|| what("bound to vfio-pci but in no IOMMU group".into()))?;
+            add("vfio/vfio".into(), &mut devices).map_err(what)?;
+            add(format!("vfio/{group}"), &mut devices).map_err(what)?;
+            entry.insert(
+                "vfio",
+                BTreeMap::from([("mount", "/dev/vfio/vfio".to_string()), ("dev-mount", format!("/dev/vfio/{group}"))]),
+            );
+        } else {
+            let mut rdma = BTreeMap::new();
+            for dev in &vf.rdma {
+                let ib = dev.ports.iter().any(|p| p.link_layer.as_deref().is_some_and(|l| l == "InfiniBand"));
+                for c in &dev.char_devs {
+                    let verbs = c.starts_with("uverbs");
+                    if !verbs && !ib {
+                        continue;
+                    }
+                    add(format!("infiniband/{c}"), &mut devices).map_err(what)?;
+                    let kind = ["uverbs", "umad", "issm"].into_iter().find(|k| c.starts_with(k)).unwrap_or("uverbs");
+                    rdma.insert(kind, format!("/dev/infiniband/{c}"));
+                }
+                if !dev.char_devs.iter().any(|c| c.starts_with("uverbs")) {
+                    return Err(what(format!("RDMA device {} has no uverbs character device", dev.name)));
+                }
+                rdma.insert("rdma_dev", dev.name.clone());
+            }
+            if !vf.rdma.is_empty() {
+                // rdma_cm exists once the rdma_ucm module is loaded; verbs work without it.
+                if paths.dev_root.join("infiniband/rdma_cm").exists() {
+                    add("infiniband/rdma_cm".into(), &mut devices).map_err(what)?;
+                    rdma.insert("rdma_cm", "/dev/infiniband/rdma_cm".into());
+                }
+                entry.insert("rdma", rdma);
+            }
+        }
+        info.insert(id.clone(), entry);
+        vfs.push(vf);
+    }
+    let mut envs = HashMap::new();
+    envs.insert(res.env_name(), ids.join(","));
+    envs.insert(format!("{}_INFO", res.env_name()), serde_json::to_string(&info).map_err(|e| e.to_string())?);
+    for vf in vfs {
+        write_device_info(&paths.devinfo_dir, &res.name, vf)?;
+    }
+    Ok(api::ContainerAllocateResponse { envs, devices, ..Default::default() })
+}
+
+/// The device-info file Multus reads for the network-status annotation (k8snetworkplumbingwg device-info spec):
+/// `<dir>/<resource with / as ->-<pci>-device.json`, read-only.
+pub fn device_info_path(dir: &Path, resource: &str, pci: &str) -> PathBuf {
+    dir.join(format!("{}-{}-device.json", resource.replace('/', "-"), pci.replace('/', "-")))
+}
+
+fn write_device_info(dir: &Path, resource: &str, vf: &VfInfo) -> Result<(), String> {
+    let mut pci = serde_json::Map::new();
+    pci.insert("pci-address".into(), vf.pci.to_string().into());
+    pci.insert("pf-pci-address".into(), vf.pf_pci.to_string().into());
+    if !vf.rdma.is_empty() {
+        let names: Vec<&str> = vf.rdma.iter().map(|d| d.name.as_str()).collect();
+        pci.insert("rdma-device".into(), names.join(",").into());
+    }
+    let doc = serde_json::json!({ "type": "pci", "version": "1.1.0", "pci": pci });
+    let path = device_info_path(dir, resource, vf.pci.as_str());
+    let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
+    std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("removing the old", e)),
+    }
+    let tmp = path.with_extension(format!("json.{}", std::process::id()));
+    std::fs::write(&tmp, doc.to_string()).map_err(|e| io("writing", e))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o444)).map_err(|e| io("chmod of", e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io("renaming into", e))
+}
+
+/// What the preference needs to know of a device.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    pub healthy: bool,
+    pub numa: Option<u32>,
+    pub pf: Option<PciAddr>,
+}
+
+/// The kubelet's choice made good: `must` first, then healthy before unhealthy, on the NUMA node of what is
+/// already chosen (or the node with the most healthy free devices), packed onto PFs already used, then onto the
+/// PF with the most free devices, by address.
+pub fn prefer(available: &[String], must: &[String], size: usize, facts: &HashMap<String, Facts>) -> Vec<String> {
+    let fact = |id: &String| facts.get(id).cloned().unwrap_or(Facts { healthy: false, numa: None, pf: None });
+    let mut chosen: Vec<String> = Vec::new();
+    for id in must {
+        if !chosen.contains(id) {
+            chosen.push(id.clone());
+        }
+    }
+    let mut free: Vec<String> = available.iter().filter(|id| !chosen.contains(id)).cloned().collect();
+    free.sort();
+    free.dedup();
+    let target = chosen.iter().find_map(|id| fact(id).numa).or_else(|| {
+        let mut count: BTreeMap<u32, usize> = BTreeMap::new();
+        for f in free.iter().map(fact).filter(|f| f.healthy) {
+            if let Some(n) = f.numa {
+                *count.entry(n).or_default() += 1;
+            }
+        }
+        count.into_iter().max_by_key(|(n, c)| (*c, std::cmp::Reverse(*n))).map(|(n, _)| n)
+    });
+    while chosen.len() < size && !free.is_empty() {
+        let used: BTreeSet<Option<PciAddr>> = chosen.iter().map(|id| fact(id).pf).collect();
+        let mut per_pf: HashMap<Option<PciAddr>, usize> = HashMap::new();
+        for f in free.iter().map(fact) {
+            *per_pf.entry(f.pf).or_default() += 1;
+        }
+        let key = |id: &String| {
+            let f = fact(id);
+            let on_pf = per_pf.get(&f.pf).copied().unwrap_or(0);
+            (
+                !f.healthy,
+                target.is_some() && f.numa != target,
+                !used.contains(&f.pf),
+                std::cmp::Reverse(on_pf),
+                id.clone(),
+            )
+        };
+        let Some(best) = free.iter().min_by_key(|id| key(id)).cloned() else { break };
+        free.retain(|id| *id != best);
+        chosen.push(best);
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Selectors;
+    use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
+    use sriov_rdma_cni::kernel::sysfs::Sysfs;
+
+    #[test]
+    fn selectors_match_pf_by_netdev_or_rdma_name_and_an_attached_vf_stays_offered() {
+        let root = std::env::temp_dir().join(format!("sriov-rdma-dp-select-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let t = FakeTree::new(&root).unwrap();
+        t.pf("0000:3b:00.0", "ens1f0", 2).unwrap();
+        t.netdev_state("ens1f0", "up", 1).unwrap();
+        t.rdma("0000:3b:00.0", "mlx5_0", &[]).unwrap();
+        t.mlx5_vf("0000:3b:00.0", 0, "0000:3b:00.2", "ens1f0v0", "mlx5_2", 0).unwrap();
+        // In a pod: no netdev, no RDMA device visible from the host.
+        t.vf("0000:3b:00.0", 1, "0000:3b:00.3", None, "mlx5_core").unwrap();
+        t.pci_ids("0000:3b:00.3", "15b3", "101e", 0).unwrap();
+        let inv = Inventory::scan(&Sysfs::at(root.clone()));
+        let res = |sel: Selectors| Resource { name: "rdma/hca".into(), selectors: sel, require_rdma: true };
+        let offered = |r: &Resource, attached: &[&str]| -> Vec<String> {
+            let a = attached.iter().map(|p| PciAddr::parse(p).unwrap()).collect();
+            offer(r, &inv, &BTreeSet::new(), &a).into_iter().map(|o| format!("{} {}", o.id, o.health)).collect()
+        };
+        for pf in ["ens1f0", "mlx5_0"] {
+            let r = res(Selectors { pf_names: vec![pf.into()], ..Selectors::default() });
+            assert_eq!(offered(&r, &[]), vec!["0000:3b:00.2 Healthy"], "pfNames {pf}");
+            assert_eq!(offered(&r, &["0000:3b:00.3"]), vec!["0000:3b:00.2 Healthy", "0000:3b:00.3 Healthy"]);
+        }
+        let none = |sel| offered(&res(sel), &[]);
+        assert!(none(Selectors { pf_names: vec!["ens9".into()], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { vendors: vec!["8086".into()], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { link_types: vec!["infiniband".into()], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { numa_nodes: vec![1], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { drivers: vec!["vfio-pci".into()], ..Selectors::default() }).is_empty());
+        let all = Resource { require_rdma: false, ..res(Selectors::default()) };
+        assert_eq!(offered(&all, &[]).len(), 2, "requireRdma: false offers the VF without an RDMA device");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    fn facts(list: &[(&str, bool, u32, &str)]) -> HashMap<String, Facts> {
+        list.iter()
+            .map(|(id, healthy, numa, pf)| {
+                (id.to_string(), Facts { healthy: *healthy, numa: Some(*numa), pf: Some(PciAddr::parse(pf).unwrap()) })
+            })
+            .collect()
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn an_infiniband_vf_gets_umad_and_issm_an_ethernet_one_only_verbs() {
+        let root = std::env::temp_dir().join(format!("sriov-rdma-dp-ib-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let t = FakeTree::new(&root.join("sys")).unwrap();
+        t.pf("0000:5e:00.0", "ib0", 2).unwrap();
+        t.netdev_state("ib0", "up", 32).unwrap();
+        t.mlx5_vf("0000:5e:00.0", 0, "0000:5e:00.2", "ib0v0", "mlx5_4", 0).unwrap();
+        t.rdma_port("mlx5_4", 1, "4: ACTIVE", "InfiniBand").unwrap();
+        t.mlx5_vf("0000:5e:00.0", 1, "0000:5e:00.3", "ib0v1", "mlx5_5", 0).unwrap();
+        for (c, dev) in [
+            ("uverbs4", "mlx5_4"),
+            ("umad4", "mlx5_4"),
+            ("issm4", "mlx5_4"),
+            ("uverbs5", "mlx5_5"),
+            ("umad5", "mlx5_5"),
+        ] {
+            t.rdma_char(c, dev, (!c.starts_with("uverbs")).then_some(1)).unwrap();
+            std::fs::create_dir_all(root.join("dev/infiniband")).unwrap();
+            std::fs::write(root.join("dev/infiniband").join(c), b"").unwrap();
+        }
+        let paths = Paths {
+            sysfs: root.join("sys"),
+            dev_root: root.join("dev"),
+            kubelet_dir: root.join("kubelet"),
+            devinfo_dir: root.join("devinfo"),
+            state_dir: root.join("state"),
+        };
+        let inv = Inventory::scan(&Sysfs::at(paths.sysfs.clone()));
+        let res = Resource { name: "rdma/ib".into(), selectors: Selectors::default(), require_rdma: true };
+        let got = |id: &str| -> Vec<String> {
+            let r = allocate(&res, &inv, &[id.to_string()], &paths).unwrap();
+            let mut v: Vec<String> = r.devices.iter().map(|d| d.container_path.clone()).collect();
+            v.sort();
+            v
+        };
+        let ib = ["/dev/infiniband/issm4", "/dev/infiniband/umad4", "/dev/infiniband/uverbs4"];
+        assert_eq!(got("0000:5e:00.2"), ib.map(String::from).to_vec(), "no rdma_cm on this node: not given");
+        // mlx5_5's port is Ethernet (mlx5_vf): its umad is not handed out.
+        assert_eq!(got("0000:5e:00.3"), vec!["/dev/infiniband/uverbs5".to_string()]);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn preference_is_healthy_then_numa_aligned_then_packed_by_pf() {
+        let f = facts(&[
+            ("0000:3b:00.2", false, 0, "0000:3b:00.0"),
+            ("0000:3b:00.3", true, 0, "0000:3b:00.0"),
+            ("0000:3b:00.4", true, 0, "0000:3b:00.0"),
+            ("0000:3c:00.2", true, 0, "0000:3c:00.0"),
+            ("0000:af:00.2", true, 1, "0000:af:00.0"),
+            ("0000:af:00.3", true, 1, "0000:af:00.0"),
+            ("0000:af:00.4", true, 1, "0000:af:00.0"),
+            ("0000:af:00.5", true, 1, "0000:af:00.0"),
+        ]);
+        let all: Vec<String> = f.keys().cloned().collect();
+        // NUMA 1 has the most healthy free VFs, all on one PF.
+        assert_eq!(prefer(&all, &[], 2, &f), ids(&["0000:af:00.2", "0000:af:00.3"]));
+        // A must-include on NUMA 0 pulls the rest there; a healthy VF on the other node beats an unhealthy one.
+        assert_eq!(
+            prefer(&all, &ids(&["0000:3c:00.2"]), 4, &f),
+            ids(&["0000:3c:00.2", "0000:3b:00.3", "0000:3b:00.4", "0000:af:00.2"])
+        );
+        assert_eq!(prefer(&all, &ids(&["0000:3b:00.3"]), 2, &f), ids(&["0000:3b:00.3", "0000:3b:00.4"]));
+    }
+}

@@ -1,0 +1,14 @@
+//! `sriov-rdma device-plugin`: offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin
+//! API v1beta1) as one or more extended resources (`rdma/hca` by default), and gives each container exactly its
+//! VFs' character devices. The node inventory comes from the CNI's library, so both halves see the same VFs.
+
+/// The kubelet device plugin API v1beta1 (proto/api.proto).
+#[allow(clippy::all, missing_docs)]
+pub mod api {
+    tonic::include_proto!("v1beta1");
+}
+
+pub mod config;
+pub mod devices;
+pub mod numvfs;
+pub mod server;

@@ -1,0 +1,200 @@
+//! `sriov-rdma-device-plugin` (run as `sriov-rdma device-plugin`): see the library's documentation and
+//! docs/device-plugin.md.
+
+use sriov_rdma_cni::cni::config::LogLevel;
+use sriov_rdma_cni::inventory::Inventory;
+use sriov_rdma_cni::kernel::sysfs::Sysfs;
+use sriov_rdma_cni::{error, info};
+use sriov_rdma_device_plugin::config::Config;
+use sriov_rdma_device_plugin::devices::{self, Paths};
+use sriov_rdma_device_plugin::numvfs;
+use sriov_rdma_device_plugin::server::{self, Timing};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+const USAGE: &str = concat!(
+    "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug]\n",
+    "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR] [--poll-ms N]\n",
+    "Offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin API v1beta1).\n",
+    "Without --config: one resource from RDMA_RESOURCE_NAME (default rdma/hca) and RDMA_DEVICE_SPEC_STR (PF netdev\n",
+    "or RDMA device names, comma-separated); RDMA_DEBUG=1 logs more. --dry-run prints what would be advertised.\n",
+    "Paths (also SRIOV_RDMA_KUBELET_DIR, SRIOV_RDMA_SYSFS, SRIOV_RDMA_DEV_ROOT, SRIOV_RDMA_DEVINFO_DIR,\n",
+    "SRIOV_RDMA_STATE_DIR): /var/lib/kubelet/device-plugins, /sys, /dev, /var/run/k8s.cni.cncf.io/devinfo/dp,\n",
+    "/var/lib/cni/sriov-rdma. See docs/device-plugin.md.\n",
+);
+
+/// Exit code of a bad command line or configuration.
+const EXIT_CONFIG: i32 = 2;
+
+struct Args {
+    config: Option<PathBuf>,
+    dry_run: bool,
+    debug: bool,
+    paths: Paths,
+    poll: Duration,
+}
+
+fn env_path(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
+}
+
+fn parse(args: &[String]) -> Result<Option<Args>, String> {
+    let mut a = Args {
+        config: None,
+        dry_run: false,
+        debug: false,
+        paths: Paths {
+            sysfs: env_path("SRIOV_RDMA_SYSFS", "/sys"),
+            dev_root: env_path("SRIOV_RDMA_DEV_ROOT", "/dev"),
+            kubelet_dir: env_path("SRIOV_RDMA_KUBELET_DIR", "/var/lib/kubelet/device-plugins"),
+            devinfo_dir: env_path("SRIOV_RDMA_DEVINFO_DIR", "/var/run/k8s.cni.cncf.io/devinfo/dp"),
+            state_dir: env_path("SRIOV_RDMA_STATE_DIR", "/var/lib/cni/sriov-rdma"),
+        },
+        poll: Duration::from_secs(2),
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--help" | "-h" => return Ok(None),
+            "--config" => a.config = Some(value()?.into()),
+            "--dry-run" => a.dry_run = true,
+            "--debug" => a.debug = true,
+            "--kubelet-dir" => a.paths.kubelet_dir = value()?.into(),
+            "--sysfs" => a.paths.sysfs = value()?.into(),
+            "--dev-root" => a.paths.dev_root = value()?.into(),
+            "--devinfo-dir" => a.paths.devinfo_dir = value()?.into(),
+            "--state-dir" => a.paths.state_dir = value()?.into(),
+            "--poll-ms" => {
+                let v = value()?;
+                let ms: u64 = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("--poll-ms: {v:?} is not a positive number"))?;
+                a.poll = Duration::from_millis(ms);
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Some(a))
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse(&argv) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            eprint!("{USAGE}");
+            return;
+        }
+        Err(e) => {
+            eprint!("sriov-rdma device-plugin: {e}\n{USAGE}");
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
+    let text = match &args.config {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(t) => Some((p.display().to_string(), t)),
+            Err(e) => {
+                eprintln!("sriov-rdma device-plugin: reading the configuration {}: {e}", p.display());
+                std::process::exit(EXIT_CONFIG);
+            }
+        },
+        None => None,
+    };
+    let config = Config::load(text.as_ref().map(|(s, t)| (s.as_str(), t.as_str())), |k| std::env::var(k).ok());
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sriov-rdma device-plugin: bad configuration, nothing advertised: {e}");
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
+    sriov_rdma_cni::log::init(if config.debug || args.debug { LogLevel::Debug } else { LogLevel::Info }, None);
+    let sysfs = Sysfs::at(args.paths.sysfs.clone());
+    if let Err(e) = numvfs::check(&sysfs, &config.num_vfs) {
+        eprintln!("sriov-rdma device-plugin: bad configuration, nothing advertised: {e}");
+        std::process::exit(EXIT_CONFIG);
+    }
+    let outcomes = numvfs::apply(&sysfs, &config.num_vfs, &args.paths.state_dir, args.dry_run);
+    if args.dry_run {
+        std::process::exit(dry_run(&config, &args.paths, &sysfs, &outcomes));
+    }
+    for o in &outcomes {
+        match &o.why {
+            Some(why) => error!("numVfs.{}: {why}", o.pf),
+            None => info!("numVfs.{}: {} ({} -> {})", o.pf, o.action, o.from, o.to),
+        }
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sriov-rdma device-plugin: starting the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let timing = Timing { poll: args.poll, ..Timing::default() };
+    std::process::exit(rt.block_on(run(config, args.paths, timing)));
+}
+
+fn dry_run(config: &Config, paths: &Paths, sysfs: &Sysfs, outcomes: &[numvfs::Outcome]) -> i32 {
+    let inv = Inventory::scan(sysfs);
+    let attached = devices::attached(&paths.state_dir);
+    let resources: Vec<serde_json::Value> = config
+        .resources
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "name": r.name,
+                "env": r.env_name(),
+                "socket": paths.kubelet_dir.join(r.socket_name()),
+                "selectors": r.selectors,
+                "requireRdma": r.require_rdma,
+                "devices": devices::offer(r, &inv, &BTreeSet::new(), &attached),
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({ "resources": resources, "numVfs": outcomes });
+    match serde_json::to_string_pretty(&doc) {
+        Ok(s) => {
+            println!("{s}");
+            0
+        }
+        Err(e) => {
+            eprintln!("sriov-rdma device-plugin: {e}");
+            1
+        }
+    }
+}
+
+async fn run(config: Config, paths: Paths, timing: Timing) -> i32 {
+    let paths = Arc::new(paths);
+    let (mut watcher, lists) = server::Watcher::new(config.resources.clone(), paths.clone());
+    // The first ListAndWatch answer is the node as it is, not an empty list.
+    watcher.refresh().await;
+    for (res, rx) in config.resources.iter().zip(lists) {
+        tokio::spawn(server::serve(res.clone(), paths.clone(), rx, timing));
+    }
+    tokio::spawn(watcher.run(timing.poll));
+    let names: Vec<&str> = config.resources.iter().map(|r| r.name.as_str()).collect();
+    info!("device plugin for {} started (kubelet dir {})", names.join(", "), paths.kubelet_dir.display());
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            error!("installing the SIGTERM handler: {e}");
+            return 1;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    for res in &config.resources {
+        let _ = std::fs::remove_file(paths.kubelet_dir.join(res.socket_name()));
+    }
+    info!("stopped; sockets removed");
+    0
+}

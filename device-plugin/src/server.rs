@@ -1,0 +1,345 @@
+//! The kubelet side: one gRPC server per resource on its socket in the kubelet's device plugin directory,
+//! registration (again whenever the kubelet restarts and removes the socket), and the poll that turns the node
+//! inventory into ListAndWatch updates.
+
+use crate::api;
+use crate::api::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::api::registration_client::RegistrationClient;
+use crate::config::Resource;
+use crate::devices::{self, Facts, Offered, Paths};
+use hyper_util::rt::TokioIo;
+use sriov_rdma_cni::inventory::Inventory;
+use sriov_rdma_cni::kernel::sysfs::Sysfs;
+use sriov_rdma_cni::{debug, error, info, warn};
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+pub const API_VERSION: &str = "v1beta1";
+pub const KUBELET_SOCKET: &str = "kubelet.sock";
+
+/// Timings, shorter in tests.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// How often the inventory is read for health changes.
+    pub poll: Duration,
+    /// How often the plugin looks for its socket (the kubelet removes it when it restarts).
+    pub socket_check: Duration,
+    /// The longest wait between registration attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            poll: Duration::from_secs(2),
+            socket_check: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One resource's gRPC service.
+pub struct Plugin {
+    res: Resource,
+    paths: Arc<Paths>,
+    devices: watch::Receiver<Vec<Offered>>,
+}
+
+type Updates = Pin<Box<dyn Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
+
+fn scan(paths: &Paths) -> Inventory {
+    Inventory::scan(&Sysfs::at(paths.sysfs.clone()))
+}
+
+#[tonic::async_trait]
+impl DevicePlugin for Plugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<api::Empty>,
+    ) -> Result<Response<api::DevicePluginOptions>, Status> {
+        Ok(Response::new(api::DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        }))
+    }
+
+    type ListAndWatchStream = Updates;
+
+    async fn list_and_watch(&self, _: Request<api::Empty>) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let name = self.res.name.clone();
+        let stream = tokio_stream::wrappers::WatchStream::new(self.devices.clone()).map(move |list| {
+            debug!("{name}: ListAndWatch sends {} devices", list.len());
+            Ok(api::ListAndWatchResponse { devices: list.iter().map(Offered::device).collect() })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        req: Request<api::PreferredAllocationRequest>,
+    ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
+        let facts: HashMap<String, Facts> = {
+            let paths = self.paths.clone();
+            let inv = tokio::task::spawn_blocking(move || scan(&paths))
+                .await
+                .map_err(|e| Status::internal(format!("reading the node inventory: {e}")))?;
+            let listed = self.devices.borrow().clone();
+            listed
+                .into_iter()
+                .map(|o| {
+                    let pf = pf_of(&inv, &o.id);
+                    (o.id.clone(), Facts { healthy: o.health == devices::HEALTHY, numa: o.numa_node, pf })
+                })
+                .collect()
+        };
+        let container_responses = req
+            .into_inner()
+            .container_requests
+            .into_iter()
+            .map(|c| api::ContainerPreferredAllocationResponse {
+                device_i_ds: devices::prefer(
+                    &c.available_device_i_ds,
+                    &c.must_include_device_i_ds,
+                    usize::try_from(c.allocation_size).unwrap_or(0),
+                    &facts,
+                ),
+            })
+            .collect();
+        Ok(Response::new(api::PreferredAllocationResponse { container_responses }))
+    }
+
+    async fn allocate(&self, req: Request<api::AllocateRequest>) -> Result<Response<api::AllocateResponse>, Status> {
+        let (res, paths) = (self.res.clone(), self.paths.clone());
+        let requests = req.into_inner().container_requests;
+        let out = tokio::task::spawn_blocking(move || {
+            let inv = scan(&paths);
+            requests
+                .iter()
+                .map(|c| devices::allocate(&res, &inv, &c.devices_ids, &paths))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| Status::internal(format!("allocating: {e}")))?;
+        match out {
+            Ok(container_responses) => {
+                for c in &container_responses {
+                    info!(
+                        "{}: allocated {}",
+                        self.res.name,
+                        c.envs.get(&self.res.env_name()).cloned().unwrap_or_default()
+                    );
+                }
+                Ok(Response::new(api::AllocateResponse { container_responses }))
+            }
+            Err(e) => {
+                error!("{}: Allocate refused: {e}", self.res.name);
+                Err(Status::invalid_argument(format!("{}: {e}", self.res.name)))
+            }
+        }
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<api::PreStartContainerRequest>,
+    ) -> Result<Response<api::PreStartContainerResponse>, Status> {
+        Ok(Response::new(api::PreStartContainerResponse {}))
+    }
+}
+
+fn pf_of(inv: &Inventory, id: &str) -> Option<sriov_rdma_cni::model::PciAddr> {
+    let pci = sriov_rdma_cni::model::PciAddr::parse(id).ok()?;
+    inv.vf(&pci).map(|(pf, _)| pf.pci.clone())
+}
+
+/// Each resource's devices as offered so far (a VF once offered stays listed, Unhealthy when it goes away).
+pub struct Watcher {
+    resources: Vec<Resource>,
+    paths: Arc<Paths>,
+    senders: Vec<watch::Sender<Vec<Offered>>>,
+    seen: Vec<BTreeSet<String>>,
+}
+
+impl Watcher {
+    /// Channels for each resource's device list, empty until the first [`Watcher::refresh`].
+    pub fn new(resources: Vec<Resource>, paths: Arc<Paths>) -> (Watcher, Vec<watch::Receiver<Vec<Offered>>>) {
+        let (senders, receivers) = resources.iter().map(|_| watch::channel(Vec::new())).unzip();
+        let seen = vec![BTreeSet::new(); resources.len()];
+        (Watcher { resources, paths, senders, seen }, receivers)
+    }
+
+    /// Reads the inventory once and publishes each resource's devices if they changed, logging what changed.
+    pub async fn refresh(&mut self) {
+        let p = self.paths.clone();
+        let (inv, attached) =
+            match tokio::task::spawn_blocking(move || (scan(&p), devices::attached(&p.state_dir))).await {
+                Ok(r) => r,
+                Err(e) => return error!("reading the node inventory: {e}"),
+            };
+        for (i, res) in self.resources.iter().enumerate() {
+            let list = devices::offer(res, &inv, &self.seen[i], &attached);
+            self.seen[i].extend(list.iter().map(|o| o.id.clone()));
+            self.senders[i].send_if_modified(|cur| {
+                if *cur == list {
+                    return false;
+                }
+                for o in &list {
+                    let before = cur.iter().find(|c| c.id == o.id).map(|c| c.health);
+                    if before != Some(o.health) {
+                        let why =
+                            if o.problems.is_empty() { String::new() } else { format!(": {}", o.problems.join("; ")) };
+                        info!("{}: {} is {}{why}", res.name, o.id, o.health);
+                    }
+                }
+                *cur = list.clone();
+                true
+            });
+        }
+    }
+
+    /// Refreshes every `every`, for as long as the daemon runs.
+    pub async fn run(mut self, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            self.refresh().await;
+        }
+    }
+}
+
+/// The identity of a socket file: the kubelet's restart replaces it, and removes ours.
+fn identity(p: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Serves one resource for as long as the daemon runs: bind the socket, register, and start over whenever the
+/// socket vanishes (the kubelet restarted and cleaned its directory).
+pub async fn serve(res: Resource, paths: Arc<Paths>, devices: watch::Receiver<Vec<Offered>>, timing: Timing) {
+    let sock = paths.kubelet_dir.join(res.socket_name());
+    let mut failures_in_a_row = 0u32;
+    loop {
+        match serve_once(&res, &paths, &sock, devices.clone(), timing).await {
+            Ok(()) => {
+                failures_in_a_row = 0;
+                info!(
+                    "{}: {} is gone (the kubelet restarted?): serving and registering again",
+                    res.name,
+                    sock.display()
+                );
+            }
+            Err(e) => {
+                failures_in_a_row += 1;
+                error!("{}: {e}", res.name);
+                tokio::time::sleep(timing.max_backoff.min(Duration::from_millis(500) * failures_in_a_row)).await;
+            }
+        }
+    }
+}
+
+async fn serve_once(
+    res: &Resource,
+    paths: &Arc<Paths>,
+    sock: &Path,
+    devices: watch::Receiver<Vec<Offered>>,
+    timing: Timing,
+) -> Result<(), String> {
+    match std::fs::remove_file(sock) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("removing the old socket {}: {e}", sock.display())),
+    }
+    std::fs::create_dir_all(&paths.kubelet_dir)
+        .map_err(|e| format!("creating {}: {e}", paths.kubelet_dir.display()))?;
+    let listener = tokio::net::UnixListener::bind(sock).map_err(|e| format!("listening on {}: {e}", sock.display()))?;
+    let mine = identity(sock);
+    let plugin = Plugin { res: res.clone(), paths: paths.clone(), devices };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(
+        tonic::transport::Server::builder().add_service(DevicePluginServer::new(plugin)).serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            async {
+                let _ = stop_rx.await;
+            },
+        ),
+    );
+    let gone = || identity(sock) != mine || identity(sock).is_none();
+    let kubelet = paths.kubelet_dir.join(KUBELET_SOCKET);
+    let mut attempt = 0u32;
+    // The kubelet.sock registered with: a new one (the kubelet restarted) gets a new registration, even if the
+    // kubelet left this plugin's socket in place.
+    let mut registered: Option<Option<(u64, u64)>> = None;
+    let mut last_warning = None;
+    while !gone() {
+        if registered.is_some_and(|id| id != identity(&kubelet)) {
+            info!("{}: {} was replaced (the kubelet restarted): registering again", res.name, kubelet.display());
+            registered = None;
+        }
+        if registered.is_none() {
+            let before = identity(&kubelet);
+            match register(&kubelet, res).await {
+                Ok(()) => {
+                    info!(
+                        "{}: registered with the kubelet ({}), serving {}",
+                        res.name,
+                        kubelet.display(),
+                        sock.display()
+                    );
+                    registered = Some(before);
+                    attempt = 0;
+                }
+                Err(e) => {
+                    // The first failure and then one line a minute: a node whose kubelet is not up yet stays quiet.
+                    let wait = timing.max_backoff.min(Duration::from_millis(250) * 2u32.saturating_pow(attempt.min(8)));
+                    if last_warning.is_none_or(|t: std::time::Instant| t.elapsed() >= Duration::from_secs(60)) {
+                        warn!("{}: registering with the kubelet at {}: {e}; retrying", res.name, kubelet.display());
+                        last_warning = Some(std::time::Instant::now());
+                    }
+                    attempt += 1;
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
+        }
+        tokio::time::sleep(timing.socket_check).await;
+    }
+    let _ = stop_tx.send(());
+    // A graceful stop waits for open ListAndWatch streams, which never end by themselves: cut them after 5 s.
+    match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Err(_) => {
+            server.abort();
+            Ok(())
+        }
+        Ok(Ok(Err(e))) => Err(format!("serving {}: {e}", sock.display())),
+        Ok(Err(e)) => Err(format!("serving {}: {e}", sock.display())),
+    }
+}
+
+/// A gRPC channel over a unix socket.
+pub async fn unix_channel(sock: PathBuf) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    tonic::transport::Endpoint::try_from("http://[::]:50051")?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let sock = sock.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(sock).await?)) }
+        }))
+        .await
+}
+
+async fn register(kubelet: &Path, res: &Resource) -> Result<(), String> {
+    let ch = unix_channel(kubelet.to_path_buf()).await.map_err(|e| format!("connecting: {e}"))?;
+    let req = api::RegisterRequest {
+        version: API_VERSION.into(),
+        endpoint: res.socket_name(),
+        resource_name: res.name.clone(),
+        options: Some(api::DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }),
+    };
+    RegistrationClient::new(ch).register(req).await.map_err(|s| format!("{}: {}", s.code(), s.message()))?;
+    Ok(())
+}

@@ -1,0 +1,449 @@
+//! The device plugin binary against a kubelet stand-in that speaks the kubelet's side of the device plugin API
+//! (a Registration server on a temporary kubelet.sock; it then dials the plugin's socket like the kubelet does) and
+//! a fake sysfs tree standing in for the node: a PF with an mlx5-like VF per RDMA device and a vfio-pci VF.
+//! Every check reads what the plugin answered over gRPC or left on disk (device-info files, sriov_numvfs).
+
+use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
+use sriov_rdma_device_plugin::api;
+use sriov_rdma_device_plugin::api::device_plugin_client::DevicePluginClient;
+use sriov_rdma_device_plugin::api::registration_server::{Registration, RegistrationServer};
+use sriov_rdma_device_plugin::server::unix_channel;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+
+const PF: &str = "0000:3b:00.0";
+const VF0: &str = "0000:3b:00.2";
+const VF1: &str = "0000:3b:00.3";
+const VFIO: &str = "0000:3b:00.4";
+
+/// A node: fake sysfs, /dev, kubelet dir, device-info dir and CNI state dir under one temporary directory.
+struct Node {
+    dir: PathBuf,
+    tree: FakeTree,
+}
+
+impl Node {
+    fn new(name: &str) -> Node {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-dp-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let tree = FakeTree::new(&dir.join("sys")).unwrap();
+        let t = &tree;
+        t.pf(PF, "ens1f0", 8).unwrap();
+        t.pci_ids(PF, "15b3", "101d", 1).unwrap();
+        t.netdev_state("ens1f0", "up", 1).unwrap();
+        t.rdma(PF, "mlx5_0", &[]).unwrap();
+        for (idx, vf, netdev, rdma, uverbs) in
+            [(0, VF0, "ens1f0v0", "mlx5_2", "uverbs2"), (1, VF1, "ens1f0v1", "mlx5_3", "uverbs3")]
+        {
+            t.mlx5_vf(PF, idx, vf, netdev, rdma, 1).unwrap();
+            t.rdma_char(uverbs, rdma, None).unwrap();
+        }
+        t.vf(PF, 2, VFIO, None, "vfio-pci").unwrap();
+        t.pci_ids(VFIO, "15b3", "101e", 1).unwrap();
+        t.iommu_group(VFIO, 42).unwrap();
+        for d in ["infiniband/uverbs2", "infiniband/uverbs3", "infiniband/rdma_cm", "vfio/vfio", "vfio/42"] {
+            let p = dir.join("dev").join(d);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(&p, b"").unwrap();
+        }
+        for d in ["kubelet", "devinfo", "state"] {
+            fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        Node { dir, tree }
+    }
+
+    fn kubelet_dir(&self) -> PathBuf {
+        self.dir.join("kubelet")
+    }
+
+    fn config(&self, text: &str) -> PathBuf {
+        let p = self.dir.join("config.json");
+        fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// The plugin binary on this node, its stderr in `<dir>/plugin.log`.
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_sriov-rdma-device-plugin"));
+        let p = |d: &str| self.dir.join(d).display().to_string();
+        c.args(["--kubelet-dir", &p("kubelet"), "--sysfs", &p("sys"), "--dev-root", &p("dev")])
+            .args(["--devinfo-dir", &p("devinfo"), "--state-dir", &p("state"), "--poll-ms", "200"])
+            .args(extra)
+            .env_remove("RDMA_RESOURCE_NAME")
+            .env_remove("RDMA_DEVICE_SPEC_STR");
+        c
+    }
+
+    fn start(&self, extra: &[&str]) -> Plugin {
+        let log = fs::File::create(self.dir.join("plugin.log")).unwrap();
+        let child = self.command(extra).stdout(Stdio::null()).stderr(log).spawn().expect("starting the plugin");
+        Plugin { child, log: self.dir.join("plugin.log") }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The daemon, stopped by its PID when the test ends.
+struct Plugin {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Plugin {
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn wait_log(&self, needle: &str) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !self.log().contains(needle) {
+            assert!(Instant::now() < end, "no {needle:?} in the plugin's log within 10 s:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The kubelet stand-in: takes Register calls on `<dir>/kubelet.sock` and hands them to the test.
+struct Kubelet {
+    registered: mpsc::UnboundedReceiver<api::RegisterRequest>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    dir: PathBuf,
+}
+
+struct StandIn(mpsc::UnboundedSender<api::RegisterRequest>);
+
+#[tonic::async_trait]
+impl Registration for StandIn {
+    async fn register(&self, req: Request<api::RegisterRequest>) -> Result<Response<api::Empty>, Status> {
+        let _ = self.0.send(req.into_inner());
+        Ok(Response::new(api::Empty {}))
+    }
+}
+
+impl Kubelet {
+    fn start(dir: &Path) -> Kubelet {
+        let sock = dir.join("kubelet.sock");
+        let _ = fs::remove_file(&sock);
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        let (tx, registered) = mpsc::unbounded_channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(StandIn(tx)))
+                .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        Kubelet { registered, stop: Some(stop), task, dir: dir.to_path_buf() }
+    }
+
+    async fn next_registration(&mut self, within: Duration) -> api::RegisterRequest {
+        tokio::time::timeout(within, self.registered.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no Register within {within:?}"))
+            .expect("stand-in stopped")
+    }
+
+    /// What the kubelet does when it restarts: stop serving, remove its socket and (`plugins`) every plugin socket.
+    async fn stop_and_clean(mut self, plugins: bool) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = self.task.await;
+        for e in fs::read_dir(&self.dir).unwrap().flatten() {
+            if e.file_name() == "kubelet.sock" || (plugins && e.file_name().to_string_lossy().ends_with(".sock")) {
+                fs::remove_file(e.path()).unwrap();
+            }
+        }
+    }
+
+    /// Dials the plugin at the endpoint it registered, like the kubelet.
+    async fn dial(&self, reg: &api::RegisterRequest) -> DevicePluginClient<tonic::transport::Channel> {
+        DevicePluginClient::new(unix_channel(self.dir.join(&reg.endpoint)).await.expect("dialing the plugin"))
+    }
+}
+
+type Updates = tonic::Streaming<api::ListAndWatchResponse>;
+
+async fn next_list(s: &mut Updates, within: Duration) -> Vec<api::Device> {
+    let r = tokio::time::timeout(within, s.message())
+        .await
+        .unwrap_or_else(|_| panic!("no ListAndWatch update within {within:?}"));
+    let mut d = r.expect("ListAndWatch failed").expect("ListAndWatch ended").devices;
+    d.sort_by(|a, b| a.id.cmp(&b.id));
+    d
+}
+
+fn health(list: &[api::Device]) -> Vec<(String, String)> {
+    list.iter().map(|d| (d.id.clone(), d.health.clone())).collect()
+}
+
+fn all(h: &str) -> Vec<(String, String)> {
+    [VF0, VF1, VFIO].iter().map(|v| (v.to_string(), h.to_string())).collect()
+}
+
+/// Waits for an update whose health is `want`; intermediate lists (none expected) are skipped.
+async fn until_health(s: &mut Updates, want: &[(String, String)], within: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let left = within.checked_sub(t0.elapsed()).unwrap_or_else(|| panic!("health not {want:?} within {within:?}"));
+        if health(&next_list(s, left).await) == want {
+            return t0.elapsed();
+        }
+    }
+}
+
+#[tokio::test]
+async fn registers_with_its_resource_name_and_lists_the_vfs_with_their_numa_node() {
+    let node = Node::new("register");
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let _plugin = node.start(&["--config", node.config(r#"{"resources":[{"name":"rdma/hca"}]}"#).to_str().unwrap()]);
+    let reg = kubelet.next_registration(Duration::from_secs(10)).await;
+    assert_eq!(reg.version, "v1beta1");
+    assert_eq!(reg.resource_name, "rdma/hca");
+    assert_eq!(reg.endpoint, "sriov-rdma-rdma_hca.sock");
+    assert!(reg.options.as_ref().is_some_and(|o| o.get_preferred_allocation_available && !o.pre_start_required));
+    let mut dp = kubelet.dial(&reg).await;
+    let opts = dp.get_device_plugin_options(api::Empty {}).await.unwrap().into_inner();
+    assert!(opts.get_preferred_allocation_available);
+    let mut s = dp.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+    // The first answer is the node as it is.
+    let list = next_list(&mut s, Duration::from_secs(5)).await;
+    assert_eq!(health(&list), all("Healthy"));
+    for d in &list {
+        let nodes: Vec<i64> = d.topology.as_ref().map(|t| t.nodes.iter().map(|n| n.id).collect()).unwrap_or_default();
+        assert_eq!(nodes, vec![1], "{} topology", d.id);
+    }
+}
+
+#[tokio::test]
+async fn list_and_watch_follows_rdma_port_state_and_pf_link_within_seconds() {
+    let node = Node::new("health");
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let _plugin = node.start(&[]);
+    let reg = kubelet.next_registration(Duration::from_secs(10)).await;
+    let mut s = kubelet.dial(&reg).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+
+    node.tree.rdma_port("mlx5_2", 1, "1: DOWN", "Ethernet").unwrap();
+    let mut want = all("Healthy");
+    want[0].1 = "Unhealthy".into();
+    let took = until_health(&mut s, &want, Duration::from_secs(5)).await;
+    eprintln!("port DOWN reached ListAndWatch in {took:?}");
+
+    node.tree.rdma_port("mlx5_2", 1, "4: ACTIVE", "Ethernet").unwrap();
+    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+
+    node.tree.netdev_state("ens1f0", "down", 1).unwrap();
+    let took = until_health(&mut s, &all("Unhealthy"), Duration::from_secs(5)).await;
+    eprintln!("PF link down reached ListAndWatch in {took:?}");
+    node.tree.netdev_state("ens1f0", "up", 1).unwrap();
+    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+
+    // A VF that goes away stays listed, Unhealthy, so the kubelet does not count it as free.
+    node.tree.remove_vf(VF1).unwrap();
+    let mut want = all("Healthy");
+    want[1].1 = "Unhealthy".into();
+    until_health(&mut s, &want, Duration::from_secs(5)).await;
+    assert!(_plugin.log().contains(&format!("{VF1} is Unhealthy: the VF is gone")), "{}", _plugin.log());
+}
+
+#[tokio::test]
+async fn allocate_answers_exactly_the_vfs_char_devices_env_and_device_info() {
+    let node = Node::new("allocate");
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let _plugin =
+        node.start(&["--config", node.config(r#"{"resources":[{"name":"example.com/cx6_rdma"}]}"#).to_str().unwrap()]);
+    let reg = kubelet.next_registration(Duration::from_secs(10)).await;
+    assert_eq!(reg.resource_name, "example.com/cx6_rdma");
+    let mut dp = kubelet.dial(&reg).await;
+    let req = |ids: &[&str]| api::AllocateRequest {
+        container_requests: vec![api::ContainerAllocateRequest {
+            devices_ids: ids.iter().map(|s| s.to_string()).collect(),
+        }],
+    };
+    let r = dp.allocate(req(&[VF0])).await.unwrap().into_inner();
+    let c = &r.container_responses[0];
+    let dev = node.dir.join("dev");
+    let mut specs: Vec<(String, String, String)> =
+        c.devices.iter().map(|d| (d.container_path.clone(), d.host_path.clone(), d.permissions.clone())).collect();
+    specs.sort();
+    let host = |p: &str| dev.join(p).display().to_string();
+    assert_eq!(
+        specs,
+        vec![
+            ("/dev/infiniband/rdma_cm".into(), host("infiniband/rdma_cm"), "rw".into()),
+            ("/dev/infiniband/uverbs2".into(), host("infiniband/uverbs2"), "rw".into()),
+        ],
+        "VF0's verbs device and rdma_cm, nothing of VF1 (uverbs3)"
+    );
+    assert_eq!(c.envs.get("PCIDEVICE_EXAMPLE_COM_CX6_RDMA").map(String::as_str), Some(VF0));
+    let info: serde_json::Value = serde_json::from_str(&c.envs["PCIDEVICE_EXAMPLE_COM_CX6_RDMA_INFO"]).unwrap();
+    assert_eq!(info[VF0]["rdma"]["uverbs"], "/dev/infiniband/uverbs2");
+    assert_eq!(info[VF0]["rdma"]["rdma_dev"], "mlx5_2");
+    assert_eq!(info[VF0]["generic"]["deviceID"], VF0);
+
+    let file = node.dir.join("devinfo").join(format!("example.com-cx6_rdma-{VF0}-device.json"));
+    let doc: serde_json::Value = serde_json::from_str(&fs::read_to_string(&file).expect("device-info file")).unwrap();
+    assert_eq!(doc["type"], "pci");
+    assert_eq!(doc["version"], "1.1.0");
+    assert_eq!(doc["pci"]["pci-address"], VF0);
+    assert_eq!(doc["pci"]["rdma-device"], "mlx5_2");
+    assert_eq!(doc["pci"]["pf-pci-address"], PF);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o444);
+
+    let r = dp.allocate(req(&[VFIO])).await.unwrap().into_inner();
+    let mut paths: Vec<String> = r.container_responses[0].devices.iter().map(|d| d.container_path.clone()).collect();
+    paths.sort();
+    assert_eq!(paths, vec!["/dev/vfio/42".to_string(), "/dev/vfio/vfio".to_string()]);
+
+    let e = dp.allocate(req(&["0000:99:00.1"])).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("0000:99:00.1"), "{}", e.message());
+    // A character device the node lacks fails the allocation, naming it, rather than a container start.
+    fs::remove_file(dev.join("infiniband/uverbs3")).unwrap();
+    let e = dp.allocate(req(&[VF1])).await.unwrap_err();
+    assert!(e.message().contains("uverbs3 does not exist"), "{}", e.message());
+
+    let pref = dp
+        .get_preferred_allocation(api::PreferredAllocationRequest {
+            container_requests: vec![api::ContainerPreferredAllocationRequest {
+                available_device_i_ds: vec![VFIO.into(), VF1.into(), VF0.into()],
+                must_include_device_i_ds: vec![VF1.into()],
+                allocation_size: 2,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(pref.container_responses[0].device_i_ds, vec![VF1.to_string(), VF0.to_string()]);
+}
+
+#[tokio::test]
+async fn a_bad_config_exits_non_zero_naming_the_key_and_advertises_nothing() {
+    let node = Node::new("badconf");
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    for (text, key) in [
+        (r#"{"resources":[{"selectors":{"linkTypes":["eth"]}}]}"#, "resources[0].selectors.linkTypes[0]"),
+        (r#"{"resources":[{"name":"hca"}]}"#, "resources[0].name"),
+        (r#"{"resources":[{"selector":{}}]}"#, "unknown field `selector`"),
+        (r#"{"numVfs":{"ens9":2}}"#, "numVfs.ens9"),
+        (r#"{"numVfs":{"ens1f0":9}}"#, "numVfs.ens1f0: 9 is more than the 8"),
+    ] {
+        let cfg = node.config(text);
+        let out = node.command(&["--config", cfg.to_str().unwrap()]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {err}");
+        assert!(err.contains(key), "{text}: stderr names {key:?}: {err}");
+    }
+    let out = node.command(&[]).env("RDMA_RESOURCE_NAME", "rdma/").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RDMA_RESOURCE_NAME"));
+    let socks: Vec<_> = fs::read_dir(node.kubelet_dir()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(socks, vec![std::ffi::OsString::from("kubelet.sock")], "no plugin socket was created");
+    assert!(kubelet.registered.try_recv().is_err(), "nothing registered");
+    assert_eq!(fs::read_to_string(node.tree.dev(PF).join("sriov_numvfs")).unwrap().trim(), "8", "numVfs untouched");
+}
+
+#[tokio::test]
+async fn registers_again_after_the_kubelet_restarts_and_waits_for_a_late_kubelet() {
+    let node = Node::new("restart");
+    // No kubelet yet: the plugin keeps trying.
+    let plugin = node.start(&[]);
+    plugin.wait_log("registering with the kubelet").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let reg = kubelet.next_registration(Duration::from_secs(15)).await;
+    assert_eq!(reg.resource_name, "rdma/hca");
+    let mut s = kubelet.dial(&reg).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+
+    kubelet.stop_and_clean(true).await;
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let reg = kubelet.next_registration(Duration::from_secs(15)).await;
+    assert_eq!(reg.resource_name, "rdma/hca");
+    assert!(node.kubelet_dir().join(&reg.endpoint).exists(), "the plugin serves its socket again");
+    let mut s = kubelet.dial(&reg).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+
+    // A kubelet that comes back without removing the plugin's socket: its new kubelet.sock is enough.
+    kubelet.stop_and_clean(false).await;
+    assert!(node.kubelet_dir().join(&reg.endpoint).exists());
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let again = kubelet.next_registration(Duration::from_secs(15)).await;
+    assert_eq!(again.endpoint, reg.endpoint);
+    let mut s = kubelet.dial(&again).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+    let log = plugin.log();
+    assert!(log.matches("registering with the kubelet").count() <= 3, "bounded retry noise:\n{log}");
+}
+
+#[tokio::test]
+async fn num_vfs_is_set_at_start_and_refused_while_a_vf_is_attached() {
+    let node = Node::new("numvfs");
+    let numvfs = node.tree.dev(PF).join("sriov_numvfs");
+    let cfg = node.config(r#"{"numVfs":{"ens1f0":4}}"#);
+    fs::write(node.dir.join("state").join(format!("{VF0}.json")), b"{}").unwrap();
+    let plugin = node.start(&["--config", cfg.to_str().unwrap()]);
+    plugin.wait_log("numVfs.ens1f0: not changing ens1f0's VF count from 8 to 4").await;
+    assert!(plugin.log().contains(VF0), "{}", plugin.log());
+    assert_eq!(fs::read_to_string(&numvfs).unwrap().trim(), "8");
+    drop(plugin);
+
+    fs::remove_file(node.dir.join("state").join(format!("{VF0}.json"))).unwrap();
+    let plugin = node.start(&["--config", cfg.to_str().unwrap()]);
+    plugin.wait_log("numVfs.ens1f0: set (8 -> 4)").await;
+    assert_eq!(fs::read_to_string(&numvfs).unwrap().trim(), "4");
+}
+
+#[test]
+fn dry_run_prints_what_would_be_advertised_and_why_a_vf_is_unhealthy() {
+    let node = Node::new("dryrun");
+    node.tree.rdma_port("mlx5_3", 1, "1: DOWN", "Ethernet").unwrap();
+    let cfg = node
+        .config(r#"{"resources":[{"name":"rdma/hca","selectors":{"pfNames":["ens1f0"],"drivers":["mlx5_core"]}}]}"#);
+    let out = node.command(&["--config", cfg.to_str().unwrap(), "--dry-run"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let devs = doc["resources"][0]["devices"].as_array().unwrap();
+    let ids: Vec<&str> = devs.iter().map(|d| d["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![VF0, VF1], "the vfio-pci VF is not selected by drivers: [mlx5_core]");
+    assert_eq!(devs[0]["health"], "Healthy");
+    assert_eq!(devs[1]["health"], "Unhealthy");
+    assert_eq!(devs[1]["problems"][0], "RDMA device mlx5_3 port 1 is DOWN, not ACTIVE");
+    assert_eq!(doc["resources"][0]["env"], "PCIDEVICE_RDMA_HCA");
+    assert!(fs::read_dir(node.kubelet_dir()).unwrap().next().is_none(), "a dry run creates no socket");
+
+    // The original setup's variables: one resource, PFs named by their RDMA device.
+    for (spec, want) in [("mlx5_0", 3), ("mlx5_9", 0), ("", 3)] {
+        let out = node
+            .command(&["--dry-run"])
+            .env("RDMA_RESOURCE_NAME", "example.com/hca")
+            .env("RDMA_DEVICE_SPEC_STR", spec)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["resources"][0]["name"], "example.com/hca");
+        assert_eq!(doc["resources"][0]["devices"].as_array().unwrap().len(), want, "RDMA_DEVICE_SPEC_STR={spec:?}");
+    }
+}

@@ -1,0 +1,631 @@
+//! Doctor, "why does a pod get no RDMA resource?": the kubelet's device-plugin registration, which pod holds
+//! which VF, and `--config FILE`: whether a network configuration would find a VF, by the checks ADD makes.
+//!
+//! What this node's device plugin advertises (healthy and unhealthy VFs, and why) is the device plugin's to say:
+//! [`Advertised`] is where it plugs in. Until one is given, the report shows what the kubelet recorded.
+
+use crate::cni::config::{NetConf, VfSource};
+use crate::cni::error::{CniError, Code};
+use crate::flow::attachment::Attachment;
+use crate::flow::context::{not_usable, Paths};
+use crate::flow::orphans::is_orphan;
+use crate::flow::state::Store;
+use crate::kernel::link::RouteSocket;
+use crate::kernel::sysfs::Sysfs;
+use crate::model::PciAddr;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Where the kubelet keeps device-plugin sockets and its checkpoint.
+pub const KUBELET_DIR: &str = "/var/lib/kubelet/device-plugins";
+pub const CHECKPOINT: &str = "kubelet_internal_checkpoint";
+
+/// One device as the node's device plugin advertises it to the kubelet.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdvertisedDevice {
+    /// The device ID (a VF's PCI address).
+    pub id: String,
+    pub healthy: bool,
+    /// Why it is unhealthy, when it is.
+    pub why: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AdvertisedResource {
+    pub name: String,
+    pub devices: Vec<AdvertisedDevice>,
+}
+
+/// What this node's device plugin advertises, per resource. Implemented by the device plugin; doctor reports it
+/// as it is given.
+pub trait Advertised {
+    fn resources(&self) -> Result<Vec<AdvertisedResource>, String>;
+}
+
+/// The device plugin's view as the daemon itself computes it: `sriov-rdma-device-plugin --dry-run --config FILE`
+/// (the binary next to this one, else on PATH), which selects, checks health and explains exactly as the running
+/// daemon does, so doctor cannot drift from it.
+pub struct DryRun {
+    pub config: PathBuf,
+    pub kubelet_dir: PathBuf,
+}
+
+impl Advertised for DryRun {
+    fn resources(&self) -> Result<Vec<AdvertisedResource>, String> {
+        const BIN: &str = "sriov-rdma-device-plugin";
+        let here = std::env::current_exe().ok().map(|e| e.with_file_name(BIN)).filter(|p| p.is_file());
+        let bin = here.unwrap_or_else(|| PathBuf::from(BIN));
+        let out = std::process::Command::new(&bin)
+            .arg("--dry-run")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--kubelet-dir")
+            .arg(&self.kubelet_dir)
+            .output()
+            .map_err(|e| format!("running {} --dry-run: {e}", bin.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} --dry-run --config {}: {}",
+                bin.display(),
+                self.config.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("reading {} --dry-run's answer: {e}", bin.display()))?;
+        let list = v.get("resources").and_then(|r| r.as_array()).cloned().unwrap_or_default();
+        Ok(list
+            .iter()
+            .map(|r| AdvertisedResource {
+                name: r.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string(),
+                devices: r
+                    .get("devices")
+                    .and_then(|d| d.as_array())
+                    .into_iter()
+                    .flatten()
+                    .map(|d| {
+                        let why: Vec<&str> = d
+                            .get("problems")
+                            .and_then(|p| p.as_array())
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|p| p.as_str())
+                            .collect();
+                        AdvertisedDevice {
+                            id: d.get("id").and_then(|i| i.as_str()).unwrap_or_default().to_string(),
+                            healthy: d.get("health").and_then(|h| h.as_str()) == Some("Healthy"),
+                            why: (!why.is_empty()).then(|| why.join("; ")),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ResourceReport {
+    pub kubelet: KubeletView,
+    /// The device plugin's own view; `None` when no source of it was given to doctor.
+    pub advertised: Option<Vec<AdvertisedResource>>,
+    /// Which pod (container, interface, network, netns) holds which VF, from the attachment records.
+    pub holders: Vec<Holder>,
+    /// `--config FILE`: what ADD would do with each sriov-rdma configuration in it.
+    pub configs: Vec<ConfigCheck>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct KubeletView {
+    pub dir: String,
+    /// Whether the directory exists (a Kubernetes node).
+    pub present: bool,
+    /// `kubelet.sock`: the kubelet's registration socket.
+    pub kubelet_socket: bool,
+    /// The other sockets: device plugins that started.
+    pub plugin_sockets: Vec<String>,
+    /// Resource name → the device IDs the kubelet registered for it (its checkpoint).
+    pub registered: BTreeMap<String, Vec<String>>,
+    /// Which of this node's VFs (PCI addresses) are in a registered resource, and which.
+    pub vfs_registered: BTreeMap<String, String>,
+    /// Devices the kubelet allocated to pods: (pod UID, container, resource, device IDs).
+    pub allocations: Vec<Allocation>,
+    pub checkpoint_error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Allocation {
+    pub pod_uid: String,
+    pub container: String,
+    pub resource: String,
+    pub devices: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Holder {
+    pub vf: String,
+    pub pf: String,
+    pub vf_index: u32,
+    pub container_id: String,
+    pub ifname: String,
+    pub network: String,
+    pub netns: String,
+    pub complete: bool,
+    pub orphan: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConfigCheck {
+    pub file: String,
+    /// `plugins[N]` of a list, or the file itself.
+    pub at: String,
+    pub network: Option<String>,
+    /// The VF ADD would take.
+    pub vf: Option<String>,
+    /// What was checked, in ADD's order.
+    pub checked: Vec<String>,
+    /// Why ADD would fail, with its CNI code.
+    pub error: Option<String>,
+    pub code: Option<u32>,
+}
+
+/// The device IDs of a checkpoint entry: a list (older kubelets) or a map NUMA node → list.
+fn ids(v: &Value) -> Vec<String> {
+    match v {
+        Value::Array(a) => a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect(),
+        Value::Object(m) => m.values().flat_map(ids).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Reads the kubelet's device-plugin directory: sockets, registered resources, allocations.
+pub fn kubelet_view(dir: &Path, node_vfs: &[PciAddr]) -> KubeletView {
+    let mut v = KubeletView { dir: dir.display().to_string(), ..Default::default() };
+    let Ok(rd) = fs::read_dir(dir) else { return v };
+    v.present = true;
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_sock = e.metadata().is_ok_and(|m| (m.mode() & libc::S_IFMT) == libc::S_IFSOCK);
+        if name == "kubelet.sock" {
+            v.kubelet_socket = is_sock;
+        } else if is_sock {
+            v.plugin_sockets.push(name);
+        }
+    }
+    v.plugin_sockets.sort();
+    let raw = match fs::read(dir.join(CHECKPOINT)) {
+        Ok(r) => r,
+        Err(e) => {
+            v.checkpoint_error = Some(format!("reading {}: {e}", dir.join(CHECKPOINT).display()));
+            return v;
+        }
+    };
+    let cp: Value = match serde_json::from_slice(&raw) {
+        Ok(c) => c,
+        Err(e) => {
+            v.checkpoint_error = Some(format!("{}: not JSON: {e}", dir.join(CHECKPOINT).display()));
+            return v;
+        }
+    };
+    let data = &cp["Data"];
+    if let Some(reg) = data["RegisteredDevices"].as_object() {
+        for (res, devs) in reg {
+            v.registered.insert(res.clone(), ids(devs));
+        }
+    }
+    for e in data["PodDeviceEntries"].as_array().into_iter().flatten() {
+        v.allocations.push(Allocation {
+            pod_uid: e["PodUID"].as_str().unwrap_or_default().to_string(),
+            container: e["ContainerName"].as_str().unwrap_or_default().to_string(),
+            resource: e["ResourceName"].as_str().unwrap_or_default().to_string(),
+            devices: ids(&e["DeviceIDs"]),
+        });
+    }
+    for vf in node_vfs {
+        if let Some((res, _)) = v.registered.iter().find(|(_, d)| d.iter().any(|id| id == vf.as_str())) {
+            v.vfs_registered.insert(vf.to_string(), res.clone());
+        }
+    }
+    v
+}
+
+/// Whether another process holds the VF's lock, from /proc/locks: looking takes no lock and creates no file.
+fn locked(store: &Store, pci: &PciAddr) -> bool {
+    let Ok(meta) = fs::metadata(store.dir().join(format!("{pci}.lock"))) else { return false };
+    let (maj, min) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let want = format!("{maj:02x}:{min:02x}:{}", meta.ino());
+    fs::read_to_string("/proc/locks").unwrap_or_default().lines().any(|l| l.split_whitespace().any(|f| f == want))
+}
+
+/// ADD's VF selection, read-only: the VF must exist and be a VF, not be locked, not be held by a live record (an
+/// orphan's would be reclaimed first), and have its netdev in the host namespace (unless a userspace driver has
+/// it). `checked` says what was looked at.
+fn would_take(
+    sysfs: &Sysfs,
+    store: &Store,
+    route: &mut Option<RouteSocket>,
+    conf: &NetConf,
+    checked: &mut Vec<String>,
+) -> Result<PciAddr, CniError> {
+    let netdev_here = |route: &mut Option<RouteSocket>, n: &str| {
+        route.as_mut().and_then(|r| r.link_by_name(n).ok().flatten()).is_some()
+    };
+    match &conf.source {
+        None => Err(CniError::config(
+            "no VF given: set deviceID (Multus passes the one the device plugin allocated; doctor --device PCI stands \
+             in for it) or pfName",
+        )),
+        Some(VfSource::Device(pci)) => {
+            let vf = sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
+            checked.push(format!("deviceID {pci} is VF {} of PF {}", vf.index, vf.pf));
+            if locked(store, pci) {
+                return Err(CniError::new(
+                    Code::TryAgainLater,
+                    format!("VF {pci} is locked by a running ADD/DEL: ADD waits up to 10 s for it, then fails"),
+                ));
+            }
+            checked.push("not locked".into());
+            if let Some(a) = store.load(pci)? {
+                if !is_orphan(sysfs, &a) {
+                    return Err(CniError::io(format!(
+                        "VF {} is already attached to container {} as {} (network {}); sriov-rdma doctor lists the \
+                         holders",
+                        a.pci, a.container_id, a.ifname, a.network
+                    )));
+                }
+                checked.push("its record is an orphan's (the VF is back on the host): ADD reclaims it first".into());
+                return Ok(pci.clone());
+            }
+            checked.push("no record: not attached".into());
+            if !vf.userspace() {
+                match &vf.netdev {
+                    Some(n) if netdev_here(route, n) => checked.push(format!("netdev {n} is in the host namespace")),
+                    Some(n) => {
+                        return Err(CniError::io(format!("VF {pci} netdev {n} is not in the host namespace")));
+                    }
+                    None => {
+                        return Err(CniError::io(format!(
+                            "VF {pci} (driver {}) has no netdev in the host namespace; is it attached elsewhere?",
+                            vf.driver.as_deref().unwrap_or("none")
+                        )));
+                    }
+                }
+            } else {
+                checked.push(format!("bound to {} (userspace): PF-side settings only", vf.driver.unwrap_or_default()));
+            }
+            Ok(pci.clone())
+        }
+        Some(VfSource::Pf(pf)) => {
+            let pf_pci = sysfs.pf_pci(pf).map_err(|e| not_usable(format!("pfName {pf}"), e))?;
+            let vfs =
+                sysfs.vfs_of(&pf_pci).map_err(|e| CniError::io(format!("listing the VFs of pfName {pf}: {e}")))?;
+            checked.push(format!("pfName {pf} ({pf_pci}) has {} VFs", vfs.len()));
+            let mut skipped = Vec::new();
+            for (idx, pci) in &vfs {
+                if locked(store, pci) {
+                    skipped.push(format!("{idx} locked"));
+                    continue;
+                }
+                // As ADD: one unreadable record skips its VF, it does not block the PF.
+                let rec = match store.load(pci) {
+                    Ok(rec) => rec,
+                    Err(_) => {
+                        skipped.push(format!("{idx} record unreadable"));
+                        continue;
+                    }
+                };
+                if let Some(a) = rec.as_ref().filter(|a| !is_orphan(sysfs, a)) {
+                    skipped.push(format!("{idx} held by {}/{}", a.container_id, a.ifname));
+                    continue;
+                }
+                let Ok(vf) = sysfs.vf(pci) else {
+                    skipped.push(format!("{idx} not a usable VF"));
+                    continue;
+                };
+                match &vf.netdev {
+                    Some(n) if rec.is_some() || netdev_here(route, n) => {
+                        if !skipped.is_empty() {
+                            checked.push(format!("skipped VF {}", skipped.join(", VF ")));
+                        }
+                        checked.push(format!(
+                            "VF {idx} ({pci}, {n}) is free{}",
+                            if rec.is_some() { " once its orphaned record is reclaimed" } else { "" }
+                        ));
+                        return Ok(pci.clone());
+                    }
+                    _ => skipped.push(format!("{idx} has no netdev in the host namespace")),
+                }
+            }
+            if !skipped.is_empty() {
+                checked.push(format!("skipped VF {}", skipped.join(", VF ")));
+            }
+            Err(CniError::io(format!(
+                "pfName {pf}: no free VF among its {} VFs (all attached, locked, or without a netdev in the host \
+                 namespace)",
+                vfs.len()
+            )))
+        }
+    }
+}
+
+/// The sriov-rdma configurations in a file: one network configuration, or each sriov-rdma plugin of a list
+/// (with the list's `cniVersion` and `name`, as libcni hands them over).
+fn configs_in(raw: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let v: Value = serde_json::from_slice(raw).map_err(|e| format!("not JSON: {e}"))?;
+    let Some(plugins) = v.get("plugins") else { return Ok(vec![("config".into(), raw.to_vec())]) };
+    let plugins = plugins.as_array().ok_or("\"plugins\" must be an array")?;
+    let mut out = Vec::new();
+    for (i, p) in plugins.iter().enumerate() {
+        if p.get("type").and_then(Value::as_str) != Some("sriov-rdma") {
+            continue;
+        }
+        let mut p = p.clone();
+        if let (Some(o), Some(list)) = (p.as_object_mut(), v.as_object()) {
+            for k in ["cniVersion", "name"] {
+                if let Some(val) = list.get(k) {
+                    o.entry(k).or_insert(val.clone());
+                }
+            }
+        }
+        out.push((format!("plugins[{i}]"), p.to_string().into_bytes()));
+    }
+    if out.is_empty() {
+        return Err("no plugin of type sriov-rdma in the list".into());
+    }
+    Ok(out)
+}
+
+/// `--config FILE [--device PCI]`: config parse and VF resolution as ADD makes them, changing nothing.
+pub fn check_config(paths: &Paths, file: &Path, device: Option<&str>) -> Vec<ConfigCheck> {
+    let fail = |at: &str, e: String, code: u32| ConfigCheck {
+        file: file.display().to_string(),
+        at: at.into(),
+        network: None,
+        vf: None,
+        checked: Vec::new(),
+        error: Some(e),
+        code: Some(code),
+    };
+    let raw = match fs::read(file) {
+        Ok(r) => r,
+        Err(e) => return vec![fail("file", format!("reading {}: {e}", file.display()), 7)],
+    };
+    let confs = match configs_in(&raw) {
+        Ok(c) => c,
+        Err(e) => return vec![fail("file", format!("{}: {e}", file.display()), 6)],
+    };
+    let mut args = HashMap::new();
+    if let Some(d) = device {
+        args.insert("deviceID".to_string(), d.to_string());
+    }
+    let sysfs = paths.sysfs();
+    let store = paths.store();
+    let mut route = RouteSocket::new().ok();
+    let mut out = Vec::new();
+    for (at, bytes) in confs {
+        let mut c = ConfigCheck {
+            file: file.display().to_string(),
+            at,
+            network: None,
+            vf: None,
+            checked: Vec::new(),
+            error: None,
+            code: None,
+        };
+        let result = NetConf::parse(&bytes, &args).and_then(|conf| {
+            c.network = Some(conf.name.clone());
+            c.checked.push(format!("configuration valid (cniVersion {}, rdma {:?})", conf.version.as_str(), conf.rdma));
+            let store = store.as_ref().map_err(Clone::clone)?;
+            would_take(&sysfs, store, &mut route, &conf, &mut c.checked)
+        });
+        match result {
+            Ok(pci) => c.vf = Some(pci.to_string()),
+            Err(e) => {
+                c.code = Some(e.code as u32);
+                c.error = Some(e.msg.clone());
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub fn holders(sysfs: &Sysfs, records: &[Attachment]) -> Vec<Holder> {
+    records
+        .iter()
+        .map(|a| Holder {
+            vf: a.pci.to_string(),
+            pf: a.pf.clone(),
+            vf_index: a.vf_index,
+            container_id: a.container_id.clone(),
+            ifname: a.ifname.clone(),
+            network: a.network.clone(),
+            netns: a.netns.clone(),
+            complete: a.complete,
+            orphan: is_orphan(sysfs, a),
+        })
+        .collect()
+}
+
+pub struct Options<'a> {
+    pub kubelet_dir: PathBuf,
+    pub config: Option<&'a Path>,
+    pub device: Option<&'a str>,
+    pub advertised: Option<&'a dyn Advertised>,
+}
+
+/// The resource question, with its warnings and blockers.
+pub fn report(
+    paths: &Paths,
+    records: &[Attachment],
+    node_vfs: &[PciAddr],
+    opts: &Options,
+    warnings: &mut Vec<String>,
+    blockers: &mut Vec<String>,
+) -> ResourceReport {
+    let kubelet = kubelet_view(&opts.kubelet_dir, node_vfs);
+    let dir = &kubelet.dir;
+    if kubelet.present {
+        if !kubelet.kubelet_socket {
+            warnings.push(format!(
+                "{dir} has no kubelet.sock: the kubelet is not running, so no device plugin can register; \
+                 systemctl status kubelet (journalctl -u kubelet)"
+            ));
+        } else if let Some(e) = &kubelet.checkpoint_error {
+            warnings.push(format!("{e}: the kubelet has recorded no device plugin yet; journalctl -u kubelet"));
+        } else if !node_vfs.is_empty() && kubelet.vfs_registered.is_empty() {
+            blockers.push(format!(
+                "no resource the kubelet registered lists a VF of this node ({} registered: {}): a pod asking for the \
+                 RDMA resource stays Pending; check the device plugin's pod and log and its selectors \
+                 (kubectl -n kube-system logs -l app.kubernetes.io/name=sriov-rdma; deploy/sriov-rdma.yaml)",
+                kubelet.registered.len(),
+                if kubelet.registered.is_empty() {
+                    "none".to_string()
+                } else {
+                    kubelet.registered.keys().cloned().collect::<Vec<_>>().join(", ")
+                }
+            ));
+        }
+    }
+    let advertised = opts.advertised.and_then(|a| match a.resources() {
+        Ok(r) => Some(r),
+        Err(e) => {
+            warnings.push(format!("asking the device plugin what it advertises: {e}"));
+            None
+        }
+    });
+    for r in advertised.iter().flatten() {
+        for d in r.devices.iter().filter(|d| !d.healthy) {
+            warnings.push(format!(
+                "{} device {} is advertised unhealthy: {}",
+                r.name,
+                d.id,
+                d.why.as_deref().unwrap_or("no reason given")
+            ));
+        }
+    }
+    let configs = match opts.config {
+        Some(f) => check_config(paths, f, opts.device),
+        None => Vec::new(),
+    };
+    for c in &configs {
+        if let Some(e) = &c.error {
+            blockers.push(format!("{} {}: ADD would fail (code {}): {e}", c.file, c.at, c.code.unwrap_or(0)));
+        }
+    }
+    ResourceReport { kubelet, advertised, holders: holders(&paths.sysfs(), records), configs }
+}
+
+/// The human section.
+pub fn render(r: &ResourceReport, o: &mut String) {
+    use std::fmt::Write as _;
+    let k = &r.kubelet;
+    let _ = writeln!(o, "\nResource");
+    if !k.present {
+        let _ = writeln!(o, "  kubelet: no {} (not a Kubernetes node; --kubelet-dir DIR elsewhere)", k.dir);
+    } else {
+        let _ = writeln!(
+            o,
+            "  kubelet: {} {}  device plugin sockets: {}",
+            k.dir,
+            if k.kubelet_socket { "kubelet.sock present" } else { "NO kubelet.sock" },
+            if k.plugin_sockets.is_empty() { "none".to_string() } else { k.plugin_sockets.join(", ") }
+        );
+        for (res, devs) in &k.registered {
+            let ours = k.vfs_registered.values().filter(|r| *r == res).count();
+            let _ = writeln!(o, "    registered {res}: {} devices, {ours} of them VFs of this node", devs.len());
+        }
+        for a in &k.allocations {
+            let _ =
+                writeln!(o, "    pod {} container {}: {} {}", a.pod_uid, a.container, a.resource, a.devices.join(","));
+        }
+    }
+    match &r.advertised {
+        None => {
+            let _ = writeln!(o, "  advertised by the device plugin: not known to doctor (the kubelet's view above)");
+        }
+        Some(res) => {
+            for a in res {
+                let bad = a.devices.iter().filter(|d| !d.healthy).count();
+                let _ = writeln!(o, "  advertised {}: {} devices, {bad} unhealthy", a.name, a.devices.len());
+            }
+        }
+    }
+    for h in &r.holders {
+        let _ = writeln!(
+            o,
+            "  VF {} ({} VF {}) held by {}/{} network {} netns {}{}{}",
+            h.vf,
+            h.pf,
+            h.vf_index,
+            h.container_id,
+            h.ifname,
+            h.network,
+            h.netns,
+            if h.complete { "" } else { " (ADD interrupted)" },
+            if h.orphan { " (orphan)" } else { "" }
+        );
+    }
+    for c in &r.configs {
+        match (&c.vf, &c.error) {
+            (Some(vf), _) => {
+                let _ = writeln!(o, "  {} {}: ADD would take VF {vf}", c.file, c.at);
+            }
+            (None, Some(e)) => {
+                let _ = writeln!(o, "  {} {}: ADD would fail (code {}): {e}", c.file, c.at, c.code.unwrap_or(0));
+            }
+            _ => {}
+        }
+        for step in &c.checked {
+            let _ = writeln!(o, "    - {step}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_registrations_and_allocations_are_read() {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-kubelet-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let vf = PciAddr::parse("0000:3b:02.1").unwrap();
+        let other = PciAddr::parse("0000:3b:02.2").unwrap();
+        let v = kubelet_view(&dir, std::slice::from_ref(&vf));
+        assert!(v.present && !v.kubelet_socket && v.checkpoint_error.is_some(), "{v:?}");
+        fs::write(
+            dir.join(CHECKPOINT),
+            r#"{"Data":{"PodDeviceEntries":[{"PodUID":"u1","ContainerName":"w","ResourceName":"nvidia.com/cx6",
+            "DeviceIDs":{"0":["0000:3b:02.1"]},"AllocResp":""}],
+            "RegisteredDevices":{"nvidia.com/cx6":["0000:3b:02.1","0000:3b:02.3"]}},"Checksum":1}"#,
+        )
+        .unwrap();
+        let v = kubelet_view(&dir, &[vf.clone(), other]);
+        assert_eq!(v.registered["nvidia.com/cx6"].len(), 2);
+        assert_eq!(v.vfs_registered.get("0000:3b:02.1").map(String::as_str), Some("nvidia.com/cx6"));
+        assert!(!v.vfs_registered.contains_key("0000:3b:02.2"));
+        assert_eq!(v.allocations[0].devices, vec!["0000:3b:02.1".to_string()]);
+        assert_eq!(v.allocations[0].pod_uid, "u1");
+        let _ = fs::remove_dir_all(&dir);
+        assert!(!kubelet_view(&dir, &[vf]).present);
+    }
+
+    #[test]
+    fn a_list_gives_each_sriov_rdma_plugin_its_name_and_version() {
+        let c = configs_in(
+            br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"sriov-rdma","pfName":"p"},{"type":"tuning"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].0, "plugins[0]");
+        let v: Value = serde_json::from_slice(&c[0].1).unwrap();
+        assert_eq!((v["name"].as_str(), v["cniVersion"].as_str()), (Some("n"), Some("1.0.0")));
+        assert!(configs_in(br#"{"plugins":[{"type":"x"}]}"#).is_err());
+        assert!(configs_in(b"nope").unwrap_err().contains("not JSON"));
+    }
+}
