@@ -12,6 +12,8 @@ command -v podman >/dev/null || need+=(podman)
 # dev-dependency runs at build time to generate the CRI client.
 command -v containerd >/dev/null && command -v ctr >/dev/null || need+=(containerd)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
+# strace: tests/orphans.rs reads the kernel's record of the plugin's fsync calls.
+[ -x /usr/bin/strace ] || need+=(strace)
 # The release binaries link glibc statically (.cargo/config.toml): its static libraries.
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then

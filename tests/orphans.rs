@@ -400,3 +400,46 @@ fn gc_dry_run_waiting_for_a_busy_vf_ends_on_sigterm() {
     }
     assert!(bed.records().is_empty());
 }
+
+#[test]
+fn a_finished_add_has_its_record_and_directory_on_disk_before_it_reports() {
+    if !require::required("fsync of the record", &["/usr/bin/strace"]) {
+        return;
+    }
+    let mut bed = Bed::new("ofs", 1);
+    let (pci, _) = bed.vfs[0].clone();
+    let ns = bed.netns();
+    let conf = conf_dev("1.0.0", &pci, "");
+    // The kernel's view of the plugin's calls: strace logs each fsync with the path of its fd (-y).
+    let trace = bed.dir.join("strace.log");
+    let cmd = plugin_command(&bed.sysfs, &bed.state, &bed.env("ADD", "c1", &ns, "net1"));
+    let prog = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+    let mut traced = Command::new("/usr/bin/strace");
+    traced.args(["-f", "-y", "-e", "trace=fsync,fdatasync,rename", "-o"]).arg(&trace).arg(prog).args(args);
+    traced.env_clear();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            traced.env(k, v);
+        }
+    }
+    let mut child = traced
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("strace");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(conf.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "ADD: {}", String::from_utf8_lossy(&out.stdout));
+    let log = std::fs::read_to_string(&trace).unwrap();
+    let state = bed.state.display().to_string();
+    let lines: Vec<&str> = log.lines().collect();
+    let last_rename =
+        lines.iter().rposition(|l| l.contains("rename(") && l.contains(&format!("{pci}.json"))).expect(&log);
+    let file_synced = lines[..last_rename].iter().any(|l| l.contains("fsync(") && l.contains(&format!(".{pci}.json.")));
+    let dir_synced = lines[last_rename..].iter().any(|l| l.contains("fsync(") && l.contains(&format!("<{state}>")));
+    assert!(file_synced && dir_synced, "the final record written, fsynced, renamed, its directory fsynced:\n{log}");
+    bed.run("DEL", "c1", &ns, "net1", &conf).ok();
+}
