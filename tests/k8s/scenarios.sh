@@ -21,7 +21,7 @@ metadata:
   name: $1
   namespace: default
 spec:
-  config: '{"cniVersion":"1.0.0","name":"$1","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":100,"vlanQoS":3,"spoofchk":"on","trust":"on","mtu":9000,"rdma":"auto","logLevel":"info","logFile":"/var/log/sriov-rdma.log"$2,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.7.0.0/24"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
+  config: '{"cniVersion":"1.0.0","name":"$1","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":100,"vlanQoS":3,"spoofchk":"on","trust":"on","mtu":9000,"rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma.log"$2,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.7.0.0/24"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
 EOF
 }
 pod() { # pod NAME VF-PCI [NAD]: a worker like deploy/pod-nccl.yaml on the VF
@@ -46,13 +46,21 @@ spec:
         - { name: NCCL_IB_ROCE_VERSION_NUM, value: "2" }
       securityContext:
         privileged: true
+      # Stand-in for the device plugin's mounts: the node's RDMA character devices (uverbsN appears when
+      # the container creates its rxe device, after the container started).
+      volumeMounts:
+        - { name: infiniband, mountPath: /dev/infiniband }
+  volumes:
+    - name: infiniband
+      hostPath: { path: /dev/infiniband, type: Directory }
 EOF
 }
 # What DEL must give back: the PF rows, the VF netdevs' names, MAC and MTU, and the record store.
 snapshot() {
-  onnode "ip link show $PF1 | grep ' vf '; ip link show $PF2 | grep ' vf '
+  onnode "/usr/sbin/ip link show $PF1 | grep ' vf '; /usr/sbin/ip link show $PF2 | grep ' vf '
         for v in $VFA $VFB; do n=\$(ls /sys/bus/pci/devices/\$v/net 2>/dev/null); echo \"\$v \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
-        echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '^lock' | tr '\n' ' ')" 2>&1
+        echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '[.]lock\$' | tr '\n' ' ')
+        echo leases: \$(ls /var/lib/cni/sriov-rdma-ipam/$NAD 2>/dev/null | grep '^10[.]' | tr '\n' ' ')" 2>&1
 }
 inpod() { k exec "$1" -- sh -c "$2"; }
 ms() { date +%s%3N; }
@@ -100,7 +108,7 @@ if up "$t" rdma-a rdma-b; then
   pass_or "network-status(device-info pci-address of each pod's VF)"
   # The kernel's view of the PFs: the NAD's VLAN, QoS, spoofchk and trust on each pod's VF row.
   why=""
-  rows=$(onnode "ip link show $PF1 | grep ' vf 2 '; ip link show $PF2 | grep ' vf 1 '")
+  rows=$(onnode "/usr/sbin/ip link show $PF1 | grep ' vf 2 '; /usr/sbin/ip link show $PF2 | grep ' vf 1 '")
   for r in "$(echo "$rows" | head -1)" "$(echo "$rows" | tail -1)"; do
     echo "$r" | grep -q 'vlan 100, qos 3' && echo "$r" | grep -q 'spoof checking on' && echo "$r" | grep -q 'trust on' \
       || why="$why row '$r';"
@@ -115,8 +123,12 @@ if up "$t" rdma-a rdma-b; then
 else
   fail pods-running "rdma-a/rdma-b not Ready with net1 carrier: $(k get pods -o wide 2>&1 | tail -2 | tr '\n' ' ') $(k describe pod rdma-a | grep -A8 Events | tail -6 | tr '\n' ' ')"
 fi
-# The plugin's own share of the pod start: ADD's duration from its log.
-say "plugin log (ADD lines): $(onnode 'grep -i "add" /var/log/sriov-rdma.log | tail -4' 2>/dev/null | tr '\n' ' ')"
+# The plugin's own share of the pod start: each ADD's duration from its log (first to last line of the
+# process, timestamps in seconds).
+onnode 'cat /var/log/sriov-rdma.log' > "$work/plugin.log" 2>/dev/null
+for p in $(awk '$4 == "ADD" { print $2 }' "$work/plugin.log" | sort -u); do
+  say "plugin ADD $p: $(awk -v p="$p" '$2 == p { if (!f) f = $1; l = $1 } END { printf "%.0f ms", (l - f) * 1000 }' "$work/plugin.log") from its first to its last log line: $(grep -F "$p" "$work/plugin.log" | cut -d' ' -f3- | tr '\n' '|' | cut -c1-600)"
+done
 
 # --- delete: every VF back on the node under its name, PF rows as before, no record left ---
 k delete pod rdma-a rdma-b --wait=false >/dev/null
@@ -175,12 +187,11 @@ else fail force-delete "pods did not come up"; k delete pod rdma-a rdma-b --igno
 # --- a sandbox stopped and removed with crictl: DEL gives the VF back, the kubelet makes a new sandbox ---
 if two_up; then
   sb=$(onnode "crictl pods -q --name rdma-a" 2>/dev/null)
-  onnode "crictl stopp $sb && crictl rmp $sb" >/dev/null 2>&1
+  # Read right after StopPodSandbox returned (its CNI DEL is done then): the kubelet soon makes a new sandbox,
+  # whose ADD takes the VF again.
+  name=$(onnode "crictl stopp $sb >/dev/null && ls /sys/bus/pci/devices/$VFA/net; crictl rmp $sb >/dev/null" 2>/dev/null)
   back=""
-  for _ in $(seq 1 60); do
-    [ "$(onnode "ls /sys/bus/pci/devices/$VFA/net" 2>/dev/null)" = "$(echo "$BEFORE" | awk -v v="$VFA" '$1 == v { print $2 }')" ] && { back=1; break; }
-    sleep 1
-  done
+  [ -n "$name" ] && [ "$name" = "$(echo "$BEFORE" | awk -v v="$VFA" '$1 == v { print $2 }')" ] && back=1
   sb2=""
   for _ in $(seq 1 120); do
     sb2=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null); [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && break; sleep 1
@@ -188,7 +199,7 @@ if two_up; then
   k wait --for=condition=Ready pod/rdma-a --timeout=120s >/dev/null 2>&1
   if [ -n "$back" ] && [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && carriers; then
     pass "crictl-stopp-rmp(VF back on the node, new sandbox with net1 carrier)"
-  else fail crictl-stopp-rmp "VF back=${back:-no} sandbox '$sb' → '$sb2'"; fi
+  else fail crictl-stopp-rmp "VF back under its name=${back:-no} ('$name') sandbox '$sb' → '$sb2'"; fi
   delete_and_check "crictl-stopp-rmp-then-delete(restored)"
 else fail crictl-stopp-rmp "pods did not come up"; k delete pod rdma-a rdma-b --ignore-not-found >/dev/null; fi
 
@@ -207,7 +218,7 @@ if two_up; then
   sleep 10; node_ready; wait_exec
   ok=""
   for _ in $(seq 1 120); do
-    [ "$(k get pod rdma-a rdma-b -o 'jsonpath={.status.containerStatuses[*].ready}' 2>/dev/null)" = "true true" ] && carriers && { ok=1; break; }
+    [ "$(k get pod rdma-a rdma-b -o 'jsonpath={.items[*].status.containerStatuses[*].ready}' 2>/dev/null)" = "true true" ] && carriers && { ok=1; break; }
     sleep 2
   done
   sa2=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null)
