@@ -165,7 +165,7 @@ node_ready() {
 
 # --- containerd restarted, then the kubelet restarted, while the pods run; then delete restores ---
 if two_up; then
-  sb=$(onnode "crictl pods -q --name rdma-a" 2>/dev/null)
+  sb=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null)
   onnode 'kill $(pidof containerd)' >/dev/null 2>&1
   sleep 3; wait_exec
   onnode 'kill $(pidof kubelet)' >/dev/null 2>&1
@@ -186,7 +186,7 @@ else fail force-delete "pods did not come up"; k delete pod rdma-a rdma-b --igno
 
 # --- a sandbox stopped and removed with crictl: DEL gives the VF back, the kubelet makes a new sandbox ---
 if two_up; then
-  sb=$(onnode "crictl pods -q --name rdma-a" 2>/dev/null)
+  sb=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null)
   # Read right after StopPodSandbox returned (its CNI DEL is done then): the kubelet soon makes a new sandbox,
   # whose ADD takes the VF again.
   name=$(onnode "crictl stopp $sb >/dev/null && ls /sys/bus/pci/devices/$VFA/net; crictl rmp $sb >/dev/null" 2>/dev/null)
@@ -206,7 +206,7 @@ else fail crictl-stopp-rmp "pods did not come up"; k delete pod rdma-a rdma-b --
 # --- node crash: kubelet, containerd, the shims and the pods' processes SIGKILLed, the pods' netns removed
 # (the kernel returns the VFs), the daemons started again: the VFs go back into service in new sandboxes ---
 if two_up; then
-  sa=$(onnode "crictl pods -q --name rdma-a" 2>/dev/null)
+  sa=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null)
   # Run from the node's root cgroup, detached: the node shell pod itself dies with the others.
   onnode 'echo $$ > /sys/fs/cgroup/cgroup.procs; touch /run/hold-kubelet /run/hold-containerd
     setsid sh -c "echo \$\$ > /sys/fs/cgroup/cgroup.procs
