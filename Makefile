@@ -4,7 +4,7 @@ PODMAN ?= podman
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE ?= localhost/sriov-rdma
 
-.PHONY: all build release bench-bins image test unit e2e lint bench bench-vm install demo demo-host deps clean
+.PHONY: all build release bench-bins image test unit e2e k8s-e2e k8s-components lint bench bench-vm install demo demo-host deps clean
 
 all: release
 
@@ -55,6 +55,16 @@ BENCH_KERNEL ?= 6.12
 # Downloads are cached in .cache/vm.
 e2e: release bench-bins
 	KERNEL="$(E2E_KERNELS)" ./tests/vm/run.sh e2e
+
+# A real single-node Kubernetes cluster: the control plane on this host, containerd + the kubelet + Multus in
+# the emulated SR-IOV machine (kernel 7: Soft-RoCE traffic between pods), the scenarios with kubectl only.
+# The components are built once from their Go modules into /var/cache/sriov-rdma-cni/components.
+K8S_KERNEL ?= 7
+k8s-e2e: image bench-bins k8s-components
+	KERNEL=$(K8S_KERNEL) ./tests/vm/run.sh k8s
+
+k8s-components:
+	./tests/k8s/build-components.sh
 
 # The main job: one VF (and an RDMA device) attached to a pod with cnitool on the emulated SR-IOV machine.
 demo: deps release bench-bins

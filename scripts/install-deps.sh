@@ -16,6 +16,10 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 [ -x /usr/bin/strace ] || need+=(strace)
 # The release binaries link glibc statically (.cargo/config.toml): its static libraries.
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+# The Kubernetes node test (tests/k8s, Go >= 1.26 from the machine builds its components): runc links
+# libseccomp statically.
+[ -e /usr/lib/x86_64-linux-gnu/libseccomp.a ] || need+=(libseccomp-dev)
+command -v gcc >/dev/null || need+=(gcc)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install ${need[*]}" >&2

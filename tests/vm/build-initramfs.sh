@@ -23,14 +23,7 @@ for a in sh mount umount mkdir cat echo grep sed awk sleep ls rm insmod xz power
          stat sync date uptime; do
   ln -sf busybox "$root/bin/$a"
 done
-copy_lib() { mkdir -p "$root$(dirname "$1")"; cp -L "$1" "$root$1"; }
-copy_bin() { # copies a binary (or shared object) and its shared libraries
-  local src=$1 dst=$2
-  mkdir -p "$root$(dirname "$dst")"; cp -L "$src" "$root$dst"
-  { ldd "$src" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' | while read -r lib; do
-    copy_lib "$lib"
-  done
-}
+. "$here/copylib.sh"
 copy_bin /usr/sbin/ip /usr/sbin/ip
 copy_bin /usr/bin/rdma /usr/sbin/rdma
 copy_bin "$top/target/release/sriov-rdma" /opt/cni/bin/sriov-rdma

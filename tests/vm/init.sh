@@ -1,6 +1,6 @@
 #!/bin/sh
 # PID 1 of the emulated SR-IOV machine: mount, load the drivers, run the job named on the kernel command
-# line (sriov_rdma=e2e|demo|bench|probe), power off.
+# line (sriov_rdma=e2e|demo|bench|probe|k8s), power off (k8s: becomes the Kubernetes node, tests/k8s/node.sh).
 export PATH=/bin:/usr/bin:/usr/sbin:/opt/cni/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp; mount -t tmpfs run /run; mkdir -p /run/netns /var/lib
@@ -12,6 +12,15 @@ for a in $(cat /proc/cmdline); do
   case "$a" in sriov_rdma=*) mode=${a#sriov_rdma=} ;; sriov_rdma_n=*) rounds=${a#sriov_rdma_n=} ;; esac
 done
 case "$mode" in
+  # The Kubernetes node: the root is copied into a tmpfs and entered with switch_root (runc cannot pivot_root
+  # out of the initramfs root; see tests/k8s/node.sh), which then is PID 1 until QEMU is stopped.
+  k8s) umount /tmp /run
+       mkdir /newroot && mount -t tmpfs -o size=75% root /newroot
+       for d in /*; do case "$d" in /proc|/sys|/dev|/newroot) ;; *) cp -a "$d" /newroot/ ;; esac; done
+       mkdir -p /newroot/proc /newroot/sys /newroot/dev
+       for m in proc sys dev; do mount --move /$m /newroot/$m; done
+       echo "VMLOG k8s: root copied into a tmpfs ($(du -sm /newroot | cut -f1) MiB), switch_root to /k8s/node.sh"
+       exec switch_root /newroot /bin/sh /k8s/node.sh ;;
   demo) sh /demo.sh 2>&1 ;;
   probe) sh /rdma-probe.sh 2>&1 ;;
   # In a subshell: a failed setup exits it (not PID 1) and its RESULT line is printed.

@@ -4,6 +4,8 @@
 #   run.sh demo       attach/detach one VF with cnitool, readable      (make demo)
 #   run.sh bench [N]  ADD+DEL of a real VF against the kernel floor     (make bench-vm)
 #   run.sh probe      RDMA traffic between two VFs in two netns, by hand (rdma-probe.sh)
+#   run.sh k8s        the machine as a Kubernetes node, the scenarios driven with kubectl (make k8s-e2e;
+#                     tests/k8s/e2e.sh runs the control plane on this host and boots the machine itself)
 # KERNEL=6.12 (Debian bookworm-backports, default) or KERNEL=7 (trixie-backports) picks the guest kernel;
 # a list (KERNEL="6.12 7") runs the job once per kernel, one after the other, and fails if any run fails.
 # RESULT and PROBE lines are printed as RESULT[kernel] / PROBE[kernel].
@@ -16,7 +18,8 @@ case "$mode" in
   demo) filter='^DEMO' ;;
   bench) filter='^(BENCH|VMLOG|RESULT)' ;;
   probe) filter='^(PROBE|VMLOG)' ;;
-  *) echo "run.sh: unknown job $mode (e2e, demo, bench, probe)" >&2; exit 2 ;;
+  k8s) filter='^NODE' ;;
+  *) echo "run.sh: unknown job $mode (e2e, demo, bench, probe, k8s)" >&2; exit 2 ;;
 esac
 
 if [ "$(echo $kernels | wc -w)" -gt 1 ]; then
@@ -52,6 +55,7 @@ prepare() {
 }
 prepare || { echo "run.sh: KERNEL=$kernel: preparing the machine failed; trying once more" >&2; prepare; }
 kdir=$cache/kernel-$kernel
+if [ "$mode" = k8s ]; then trap - ERR; exec "$here/../k8s/e2e.sh" "$kdir" "$initrd" "$cache"; fi
 kver=$(ls "$kdir/lib/modules" | head -1)
 log=$cache/console-$mode-$kernel.log
 [ "$mode" = demo ] && echo "Booting the emulated SR-IOV machine (QEMU igb, Debian kernel $kver; ~15 s)..."

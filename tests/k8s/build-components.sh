@@ -1,0 +1,120 @@
+#!/bin/bash
+# Builds the third-party components of the Kubernetes node test from their published Go modules at pinned
+# versions, into a cache outside the clone (one directory per component and version; a directory that exists
+# is complete and is reused). Go's own module and build caches stay where Go keeps them.
+#
+#   tests/k8s/build-components.sh            build what is missing, print the directory of each component
+#   K8S_COMPONENTS_CACHE=DIR ...             another cache directory
+#
+# Static where the component allows it (CGO_ENABLED=0); runc needs cgo (its nsenter is C) and is linked
+# statically against glibc and libseccomp. Prints each component's build seconds and the total.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+CACHE=${K8S_COMPONENTS_CACHE:-/var/cache/sriov-rdma-cni/components}
+export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+
+KUBERNETES=v1.37.2
+# Kubernetes 1.37 names etcd 3.7.0 (its go.mod and build/dependencies.yaml); 3.7.3 is that line's newest patch.
+ETCD=v3.7.3
+CONTAINERD=v2.4.2
+RUNC=v1.5.3
+CRI_TOOLS=v1.37.0
+MULTUS=v4.2.3
+RDMA_CNI=v1.6.0  # tests/k8s/go/multus and go/rdma-cni pin these two as well
+
+die() { echo "build-components: $*" >&2; exit 1; }
+command -v go >/dev/null || die "go is not on PATH (Go >= 1.26 is needed)"
+gov=$(go env GOVERSION)
+case "$gov" in go1.2[6-9]*|go1.[3-9]*) ;; *) die "Go $gov is too old: the components need Go >= 1.26" ;; esac
+mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
+
+total=0
+# build NAME-VERSION BINARY... -- COMMAND...: runs COMMAND with $OUT set to a fresh directory, checks that every
+# BINARY is there, then renames the directory into the cache (so a failed or interrupted build leaves nothing).
+build() {
+    local dir=$1; shift
+    local bins=()
+    while [ "$1" != -- ]; do bins+=("$1"); shift; done
+    shift
+    if [ -d "$CACHE/$dir" ]; then
+        echo "build-components: $dir cached in $CACHE/$dir"
+        return
+    fi
+    OUT=$(mktemp -d "$CACHE/.build-$dir.XXXXXX")
+    export OUT
+    local start=$SECONDS
+    echo "build-components: building $dir ..."
+    # Go's "downloading" lines are noise; everything else it says is kept.
+    if ! "$@" 2> >(grep -v '^go: downloading ' >&2); then
+        rm -rf "$OUT"
+        die "building $dir failed (command: $*)"
+    fi
+    for b in "${bins[@]}"; do
+        [ -x "$OUT/$b" ] || { rm -rf "$OUT"; die "building $dir did not produce $b"; }
+    done
+    rm -rf "${CACHE:?}/$dir"
+    mv "$OUT" "$CACHE/$dir"
+    local secs=$((SECONDS - start))
+    total=$((total + secs))
+    echo "build-components: built $dir in ${secs}s"
+}
+
+# Kubernetes: our module (tests/k8s/go/kubernetes) requires k8s.io/kubernetes and replaces each staging module
+# its go.mod points at ./staging with the matching v0.x release. One `go build` so shared packages compile once.
+k8s_build() {
+    local v=k8s.io/component-base/version
+    (cd "$HERE/go/kubernetes" && CGO_ENABLED=0 nice -n 10 go build -trimpath \
+        -ldflags "-s -w -X $v.gitVersion=$KUBERNETES -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean \
+                  -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES" \
+        -o "$OUT/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
+}
+build "kubernetes-$KUBERNETES" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl -- k8s_build
+
+# etcd: its modules replace each other with relative paths, so `go install …@version` refuses them; our module
+# (tests/k8s/go/etcd) requires server and etcdctl at one version.
+# `go build -o DIR` names both binaries v3 (the last path element): build them one at a time instead.
+etcd_build() {
+    (cd "$HERE/go/etcd" &&
+        CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3 &&
+        CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "-s -w" -o "$OUT/etcdctl" go.etcd.io/etcd/etcdctl/v3)
+}
+build "etcd-$ETCD" etcd etcdctl -- etcd_build
+
+# go install of published modules without replace directives, into $OUT.
+goinstall() { GOBIN=$OUT CGO_ENABLED=${CGO:-0} nice -n 10 go install -trimpath "$@"; }
+
+containerd_build() {
+    local m=github.com/containerd/containerd/v2
+    goinstall -ldflags "-s -w -X $m/version.Version=$CONTAINERD" \
+        "$m/cmd/containerd@$CONTAINERD" "$m/cmd/containerd-shim-runc-v2@$CONTAINERD" "$m/cmd/ctr@$CONTAINERD"
+}
+build "containerd-$CONTAINERD" containerd containerd-shim-runc-v2 ctr -- containerd_build
+
+# runc: cgo (libcontainer/nsenter) and libseccomp (the seccomp tag), both linked statically; Go's own user
+# and DNS lookups (osusergo, netgo), as glibc's need its shared libraries at run time.
+runc_build() {
+    CGO=1 goinstall -tags "seccomp osusergo netgo" -ldflags "-s -w -X main.version=${RUNC#v} -extldflags -static" \
+        "github.com/opencontainers/runc@$RUNC"
+}
+build "runc-$RUNC" runc -- runc_build
+
+build "cri-tools-$CRI_TOOLS" crictl -- goinstall -ldflags "-s -w" "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS"
+
+# Modules built from a go.mod of ours (tests/k8s/go/NAME) that requires them as tools: `go install …@version`
+# asks the proxy for the module's version list (deprecation check), which the proxy here refuses for these.
+modbuild() { # modbuild DIR BINARY PACKAGE
+    (cd "$HERE/go/$1" && CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "-s -w" -o "$OUT/$2" "$3")
+}
+# Multus v4, the thin plugin (the binary the container runtime calls; reads NADs from the API server).
+build "multus-$MULTUS" multus -- modbuild multus multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
+
+# The anchor rdma-cni (issue 18's comparison).
+build "rdma-cni-$RDMA_CNI" rdma -- modbuild rdma-cni rdma github.com/k8snetworkplumbingwg/rdma-cni/cmd/rdma
+
+echo "build-components: total build seconds this run: $total"
+for d in "kubernetes-$KUBERNETES" "etcd-$ETCD" "containerd-$CONTAINERD" "runc-$RUNC" "cri-tools-$CRI_TOOLS" \
+    "multus-$MULTUS" "rdma-cni-$RDMA_CNI"; do
+    echo "component $d $CACHE/$d"
+done

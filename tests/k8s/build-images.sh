@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the node's container images locally (no registry is reachable) and saves each as an OCI archive that
+# the node imports with `ctr -n k8s.io images import`:
+#   localhost/k8s-pause:1          the sandbox image: a static pause of our own (images/pause.c)
+#   localhost/sriov-rdma-pod:1     the pods' image: static busybox, iproute2, rdma-core's tools (ibv_devinfo,
+#                                  rping, ib_write_bw, ...) with their libraries and the rxe provider
+#   localhost/sriov-rdma:VERSION   the installer image `make image` built (must exist)
+#   build-images.sh OUTDIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+out=${1:?usage: build-images.sh OUTDIR}
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$top/Cargo.toml" | head -1)
+die() { echo "build-images: $*" >&2; exit 1; }
+mkdir -p "$out"
+PODMAN=${PODMAN:-podman}
+"$PODMAN" image exists "localhost/sriov-rdma:$version" || die "no image localhost/sriov-rdma:$version (make image)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# pause
+root=$work/pause
+mkdir -p "$root"
+gcc -O2 -static -o "$root/pause" "$here/images/pause.c" || die "compiling images/pause.c failed (gcc, libc6-dev)"
+tar -C "$root" -c . | "$PODMAN" import -q --change 'ENTRYPOINT ["/pause"]' - localhost/k8s-pause:1 >/dev/null
+
+# the pods' image
+root=$work/pod
+. "$top/tests/vm/copylib.sh"
+mkdir -p "$root"/{bin,usr/bin,usr/sbin,etc/libibverbs.d,tmp,proc,sys,dev}
+cp /bin/busybox "$root/bin/busybox"
+for a in $("$root/bin/busybox" --list); do [ -e "$root/bin/$a" ] || ln -s busybox "$root/bin/$a"; done
+rm -f "$root/bin/ip"
+copy_bin /usr/sbin/ip /usr/sbin/ip
+copy_bin /usr/bin/rdma /usr/sbin/rdma
+cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+for so in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do copy_bin "$so" "$so"; done
+for t in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ib_send_lat rping; do
+  copy_bin "$(command -v "$t")" "/usr/bin/$t"
+done
+gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ { print $NF; exit }')
+copy_lib "${gcc_s:-/lib/x86_64-linux-gnu/libgcc_s.so.1}"
+tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/sbin' - localhost/sriov-rdma-pod:1 >/dev/null
+
+for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 "localhost/sriov-rdma:$version"; do
+  f=$out/$(echo "${img#localhost/}" | tr ':/' '__').tar
+  rm -f "$f"
+  "$PODMAN" save -q --format oci-archive -o "$f" "$img" >/dev/null || die "podman save $img failed"
+  echo "$f"
+done

@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes cluster on the emulated SR-IOV machine, driven with kubectl only
+# (make k8s-e2e, through tests/vm/run.sh k8s, which prepares the kernel and the initramfs):
+#   - the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) runs on this host on
+#     loopback, at native speed; certificates are made with openssl for this run only;
+#   - the node (containerd, runc, the kubelet, Multus) runs inside QEMU, where the igb PFs and their VFs are;
+#     it reaches the API server at 10.0.2.2 through a user-mode NIC (the host's loopback), the API server
+#     reaches the kubelet through a port QEMU forwards from 127.0.0.1;
+#   - the scenarios apply the NAD CRD, the project's deploy/ manifests and pods, and check what the kernel
+#     (through a node shell pod) and the API server show.
+# Every daemon started here is stopped by its PID at the end.
+#   e2e.sh KERNEL-ROOT INITRD CACHE
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+kdir=${1:?usage: e2e.sh KERNEL-ROOT INITRD CACHE}
+initrd=${2:?}
+cache=${3:?}
+die() { echo "k8s-e2e: $*" >&2; exit 1; }
+t0=$SECONDS
+say() { echo "k8s-e2e [$((SECONDS - t0))s] $*"; }
+
+comp=$("$here/build-components.sh") || die "building the components failed"
+echo "$comp" | grep -v '^component ' | sed 's/^/  /'
+dir() { echo "$comp" | awk -v n="$1" '$1 == "component" && index($2, n "-") == 1 { print $3 }'; }
+K8S=$(dir kubernetes); ETCD=$(dir etcd)
+say "building the node's archive (components, images, configuration)"
+node_cpio=$("$here/build-node.sh" "$kdir" "$cache/k8s-node.cpio") || die "building the node archive failed"
+
+work=$(mktemp -d /tmp/k8s-e2e.XXXXXX)
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$p" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+EP=$(freeport); EPP=$(freeport); AP=$(freeport); KP=$(freeport); CMP=$(freeport); SCP=$(freeport)
+
+# Certificates: one CA; the API server's serving certificate (loopback for the host, 10.0.2.2 for the node);
+# one client certificate in system:masters for every component and kubectl; the service-account key pair.
+pki=$work/pki; mkdir -p "$pki"
+(
+  cd "$pki"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=k8s-e2e-ca" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,IP:10.0.2.2,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' > api.ext
+  openssl req -newkey rsa:2048 -nodes -keyout api.key -out api.csr -subj "/CN=kube-apiserver" 2>/dev/null
+  openssl x509 -req -in api.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out api.crt -days 2 -extfile api.ext 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\n' > admin.ext
+  openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=admin" 2>/dev/null
+  openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt -days 2 -extfile admin.ext 2>/dev/null
+  openssl genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+) || die "making the certificates with openssl failed"
+kubeconfig() { # kubeconfig SERVER-URL
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: $1
+    certificate-authority-data: $(base64 -w0 < "$pki/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $(base64 -w0 < "$pki/admin.crt")
+    client-key-data: $(base64 -w0 < "$pki/admin.key")
+contexts:
+- name: e2e
+  context: { cluster: e2e, user: admin }
+current-context: e2e
+EOF
+}
+kubeconfig "https://127.0.0.1:$AP" > "$work/host.kubeconfig"
+k() { "$K8S/kubectl" --kubeconfig "$work/host.kubeconfig" "$@"; }
+
+logs=$work/logs; mkdir -p "$logs"
+keep_logs() { mkdir -p "$cache/k8s-logs"; cp -r "$logs/." "$cache/k8s-logs/" 2>/dev/null; }
+start() { # start NAME COMMAND...
+  local name=$1; shift
+  "$@" > "$logs/$name.log" 2>&1 &
+  pids+=($!)
+}
+say "control plane on 127.0.0.1: etcd :$EP, kube-apiserver :$AP"
+start etcd "$ETCD/etcd" --name e2e --data-dir "$work/etcd" --unsafe-no-fsync \
+  --listen-client-urls "http://127.0.0.1:$EP" --advertise-client-urls "http://127.0.0.1:$EP" \
+  --listen-peer-urls "http://127.0.0.1:$EPP" --initial-advertise-peer-urls "http://127.0.0.1:$EPP" \
+  --initial-cluster "e2e=http://127.0.0.1:$EPP"
+start kube-apiserver "$K8S/kube-apiserver" --etcd-servers "http://127.0.0.1:$EP" \
+  --bind-address 127.0.0.1 --secure-port "$AP" --advertise-address 10.0.2.2 \
+  --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --authorization-mode Node,RBAC \
+  --client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/api.crt" --tls-private-key-file "$pki/api.key" \
+  --kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
+  --kubelet-preferred-address-types Hostname \
+  --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
+  --service-account-signing-key-file "$pki/sa.key" --profiling=false
+for _ in $(seq 1 120); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 1; done
+k get --raw /readyz >/dev/null 2>&1 || { keep_logs; die "the API server is not ready after 120 s (logs in $cache/k8s-logs)"; }
+start kube-controller-manager "$K8S/kube-controller-manager" --kubeconfig "$work/host.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$CMP" --service-account-private-key-file "$pki/sa.key" \
+  --root-ca-file "$pki/ca.crt" --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+  --use-service-account-credentials=false --profiling=false
+start kube-scheduler "$K8S/kube-scheduler" --kubeconfig "$work/host.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$SCP" --profiling=false
+say "control plane ready ($("$K8S/kubectl" version --kubeconfig "$work/host.kubeconfig" 2>/dev/null | tr '\n' ' '))"
+
+# The run's part of the node: the kubeconfig (API server at 10.0.2.2), the CA, the kubelet's configuration.
+run=$work/run; mkdir -p "$run/k8s/run"
+kubeconfig "https://10.0.2.2:$AP" > "$run/k8s/run/kubeconfig"
+cp "$pki/ca.crt" "$run/k8s/run/ca.crt"
+echo "KUBELET_PORT=$KP" > "$run/k8s/run/env"
+cat > "$run/k8s/run/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 10.0.2.15
+port: $KP
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous: { enabled: false }
+  webhook: { enabled: false }
+  x509: { clientCAFile: /k8s/run/ca.crt }
+authorization: { mode: AlwaysAllow }
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+failSwapOn: false
+resolvConf: ""
+# The root is a tmpfs: no local-storage accounting, no disk-pressure eviction, no image garbage collection.
+localStorageCapacityIsolation: false
+evictionHard: { memory.available: "1Mi" }
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+EOF
+(cd "$run" && find . | cpio -o -H newc -R 0:0 --quiet) > "$work/run.cpio"
+# One initrd: the emulated machine's, the node's archive, this run's; each part starts 4-byte aligned (the
+# kernel looks for the next cpio archive only there), so the parts are padded to 512 bytes.
+for part in "$initrd" "$node_cpio" "$work/run.cpio"; do
+  cat "$part"; s=$(stat -c %s "$part"); pad=$(( (512 - s % 512) % 512 )); head -c "$pad" /dev/zero
+done > "$work/initrd"
+
+say "booting the node (QEMU igb PFs + a user-mode NIC, kernel $(ls "$kdir/lib/modules" | head -1), 2.5 GiB)"
+console=$logs/console.log
+qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 2560 -smp 2 -nographic -no-reboot \
+  -machine q35 -global q35-pcihost.pci-hole64-size=0 -device intel-iommu,intremap=off \
+  -netdev hubport,id=h0,hubid=0 -device igb,netdev=h0,addr=0x4 -netdev hubport,id=h1,hubid=0 -device igb,netdev=h1,addr=0x8 \
+  -netdev "user,id=mg,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:$KP-10.0.2.15:$KP" -device virtio-net-pci,netdev=mg,addr=0x10 \
+  -kernel "$kdir/boot/vmlinuz" -initrd "$work/initrd" \
+  -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on apparmor=0 sriov_rdma=k8s" \
+  > "$console" 2>&1 < /dev/null &
+qpid=$!; pids+=($qpid)
+# The node's console lines as they come.
+tail -n +1 -f --pid=$qpid "$console" | sed -u 's/\r$//' | grep -a --line-buffered -E '^(NODE|VMLOG|RESULT setup)' &
+pids+=($!)
+
+PASS=0; FAIL=0
+pass() { PASS=$((PASS + 1)); echo "k8s-e2e: $1 PASS"; }
+fail() { FAIL=$((FAIL + 1)); echo "k8s-e2e: $1 FAIL: $2"; }
+finish() {
+  keep_logs
+  echo "k8s-e2e: logs of this run in $cache/k8s-logs (console.log, the control plane's, the node's)"
+  echo "k8s-e2e: $PASS passed, $FAIL failed"
+  [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]
+  exit
+}
+
+# --- node-ready: the kubelet registers and the node becomes Ready (containerd's CNI config loaded) ---
+ready=""
+for _ in $(seq 1 600); do
+  kill -0 $qpid 2>/dev/null || break
+  ready=$(k get node localhost -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)
+  [ "$ready" = True ] && break
+  sleep 1
+done
+if [ "$ready" != True ]; then
+  fail node-ready "node not Ready after $((SECONDS - t0))s: $(k get node -o wide 2>&1 | tail -1)"
+  tail -30 "$console" | sed 's/^/  console: /'
+  finish
+fi
+pass "node-ready($(k get node localhost -o 'jsonpath={.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion} {.status.nodeInfo.kernelVersion}'), $((SECONDS - t0))s after start)"
+
+# A shell on the node (kubectl debug node/... would make the same pod).
+k apply -f "$here/manifests/node-debug.yaml" >/dev/null
+k -n kube-system wait --for=condition=Ready pod/node-debug --timeout=180s >/dev/null \
+  || { fail node-debug "node shell pod not Ready: $(k -n kube-system describe pod node-debug | tail -5)"; finish; }
+onnode() { k -n kube-system exec node-debug -- chroot /host /bin/sh -c "$1"; }
+PFS=$(onnode 'for n in /sys/class/net/*; do [ "$(basename "$(readlink $n/device/driver 2>/dev/null)")" = igb ] && basename $n; done' 2>/dev/null | tr '\n' ' ')
+set -- $PFS; PF1=${1:-}; PF2=${2:-}
+[ -n "$PF1" ] && [ -n "$PF2" ] || { fail node-pfs "two igb PFs expected on the node, found '$PFS'"; finish; }
+vf_pci() { onnode "basename \$(readlink /sys/class/net/$1/device/virtfn$2)"; }
+VFA=$(vf_pci "$PF1" 2); VFB=$(vf_pci "$PF2" 1)
+say "node PFs $PF1 $PF2; pod A gets VF $VFA ($PF1 vf 2), pod B VF $VFB ($PF2 vf 1)"
+
+# --- installer: the project's DaemonSet as shipped puts the plugin into the node's /opt/cni/bin ---
+k label node localhost feature.node.kubernetes.io/network-sriov.capable=true --overwrite >/dev/null
+k apply -f "$here/manifests/nad-crd.yaml" >/dev/null || fail nad-crd "kubectl apply of the NAD CRD failed"
+k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout=60s >/dev/null
+k apply -f "$top/deploy/sriov-rdma-installer.yaml" -f "$top/deploy/sriovdp-config.yaml" >/dev/null
+ok=""
+for _ in $(seq 1 180); do
+  [ "$(k -n kube-system get ds sriov-rdma-installer -o 'jsonpath={.status.numberReady}' 2>/dev/null)" = 1 ] \
+    && onnode 'test -x /opt/cni/bin/sriov-rdma' 2>/dev/null && { ok=1; break; }
+  sleep 1
+done
+want=$(sha256sum "$top/target/release/sriov-rdma" | cut -d' ' -f1)
+got=$(onnode 'sha256sum /opt/cni/bin/sriov-rdma' 2>/dev/null | cut -d' ' -f1)
+if [ -n "$ok" ] && [ "$got" = "$want" ]; then pass "installer(DaemonSet Ready, /opt/cni/bin/sriov-rdma = target/release/sriov-rdma)"
+else fail installer "ready=${ok:-no} sha256 node=${got:-none} built=$want: $(k -n kube-system get pods -o wide 2>&1 | tail -3)"; fi
+
+. "$here/scenarios.sh"
+finish

@@ -1,0 +1,47 @@
+# RDMA traffic between the two pods' containers (sourced by scenarios.sh while rdma-a and rdma-b run, with
+# A and B their net1 addresses). Soft-RoCE stands in for the VF's RDMA function: each container creates an rxe
+# device on its own net1 (the 7.x guest kernel's rxe works per netns). The GID index each side uses is the
+# one `sriov-rdma doctor --netns` reports on the node for the pod's netns (its NCCL_IB_GID_INDEX).
+# pid_of POD: the PID of the pod's container on the node (crictl, as an operator would find it)
+pid_of() {
+  onnode "crictl inspect -o go-template --template '{{.info.pid}}' \$(crictl ps -q --name worker --label io.kubernetes.pod.name=$1)" 2>/dev/null
+}
+# gid_of POD ADDR: the GID index doctor reports for net1 (ADDR) of the pod, once the rxe device is there
+gid_of() {
+  local pid out i
+  pid=$(pid_of "$1")
+  for i in $(seq 1 20); do
+    out=$(onnode "/opt/cni/bin/sriov-rdma doctor --netns /proc/$pid/ns/net" 2>&1)
+    echo "$out" | sed -n "s/.*net1 ($2): .*NCCL_IB_GID_INDEX=\([0-9]*\).*/\1/p" | grep . && return 0
+    sleep 0.5
+  done
+  echo "doctor for $1 (pid ${pid:-none}): $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
+  return 1
+}
+# pair NAME SERVER-CMD CLIENT-CMD: the server in rdma-b, the client in rdma-a; sets OUT and RC of the client
+pair() {
+  k exec rdma-b -- timeout 60 $2 > "$work/$1.server" 2>&1 &
+  local spid=$!
+  sleep 2
+  OUT=$(k exec rdma-a -- timeout 45 $3 2>&1); RC=$?
+  for _ in $(seq 1 50); do kill -0 $spid 2>/dev/null || break; sleep 0.2; done
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+}
+why=""
+inpod rdma-a 'rdma link add rxeA type rxe netdev net1' || why="rdma link add in rdma-a failed;"
+inpod rdma-b 'rdma link add rxeB type rxe netdev net1' || why="$why rdma link add in rdma-b failed;"
+GA=$(gid_of rdma-a "$A") || why="$why no GID index for rdma-a;"
+GB=$(gid_of rdma-b "$B") || why="$why no GID index for rdma-b;"
+if [ -z "$why" ]; then
+  say "GID indexes from sriov-rdma doctor --netns: rdma-a $GA, rdma-b $GB"
+  pair rping "rping -s -a $B -C 10 -v" "rping -c -a $B -C 10 -v"
+  n=$(echo "$OUT" | grep -c 'ping data')
+  if [ "$RC" = 0 ] && [ "$n" = 10 ]; then pass "rdma-rping(rdma_cm, 10/10 round trips over net1's rxe)"
+  else fail rdma-rping "rc=$RC $n/10: $(echo "$OUT" | tail -3 | tr '\n' ' ') server: $(tail -2 "$work/rping.server" | tr '\n' ' ')"; fi
+  pair ib_write_bw "ib_write_bw -d rxeB -x $GB -n 1000 -F --report_gbits" "ib_write_bw -d rxeA -x $GA -n 1000 -F --report_gbits $B"
+  bw=$(echo "$OUT" | awk '/BW average/ { getline; print $4; exit }')
+  if [ "$RC" = 0 ] && [ -n "$bw" ]; then pass "rdma-write-bw(ib_write_bw -x <doctor's GID index>: $bw Gbit/s under TCG)"
+  else fail rdma-write-bw "rc=$RC: $(echo "$OUT" | tail -3 | tr '\n' ' ') server: $(tail -2 "$work/ib_write_bw.server" | tr '\n' ' ')"; fi
+else
+  fail rdma-setup "$why"
+fi

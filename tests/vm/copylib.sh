@@ -1,0 +1,10 @@
+# Copies binaries with their shared libraries into a root directory $root (sourced by build-initramfs.sh and
+# tests/k8s/build-images.sh).
+copy_lib() { mkdir -p "$root$(dirname "$1")"; cp -L "$1" "$root$1"; }
+copy_bin() { # copy_bin SRC DST: a binary (or shared object) and its shared libraries
+  local src=$1 dst=$2
+  mkdir -p "$root$(dirname "$dst")"; cp -L "$src" "$root$dst"
+  { ldd "$src" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' | while read -r lib; do
+    copy_lib "$lib"
+  done
+}
