@@ -202,10 +202,11 @@ say "node PFs $PF1 $PF2; pod A gets VF $VFA ($PF1 vf 2), pod B VF $VFB ($PF2 vf 
 k label node localhost feature.node.kubernetes.io/network-sriov.capable=true --overwrite >/dev/null
 k apply -f "$here/manifests/nad-crd.yaml" >/dev/null || fail nad-crd "kubectl apply of the NAD CRD failed"
 k wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout=60s >/dev/null
-k apply -f "$top/deploy/sriov-rdma-installer.yaml" -f "$top/deploy/sriovdp-config.yaml" >/dev/null
+# The one DaemonSet deploy/ ships: the installer as init container, the device plugin as the container.
+k apply -f "$top/deploy/sriov-rdma.yaml" >/dev/null
 ok=""
 for _ in $(seq 1 180); do
-  [ "$(k -n kube-system get ds sriov-rdma-installer -o 'jsonpath={.status.numberReady}' 2>/dev/null)" = 1 ] \
+  [ "$(k -n kube-system get ds sriov-rdma -o 'jsonpath={.status.numberReady}' 2>/dev/null)" = 1 ] \
     && onnode 'test -x /opt/cni/bin/sriov-rdma' 2>/dev/null && { ok=1; break; }
   sleep 1
 done
@@ -213,6 +214,16 @@ want=$(sha256sum "$top/target/release/sriov-rdma" | cut -d' ' -f1)
 got=$(onnode 'sha256sum /opt/cni/bin/sriov-rdma' 2>/dev/null | cut -d' ' -f1)
 if [ -n "$ok" ] && [ "$got" = "$want" ]; then pass "installer(DaemonSet Ready, /opt/cni/bin/sriov-rdma = target/release/sriov-rdma)"
 else fail installer "ready=${ok:-no} sha256 node=${got:-none} built=$want: $(k -n kube-system get pods -o wide 2>&1 | tail -3)"; fi
+
+# The device plugin registered its resource with the real kubelet: the API server shows it in the node's capacity
+# (0 here: the shipped selectors ask for ConnectX VFs with an RDMA device, which the emulated igb has not).
+reg=""
+for _ in $(seq 1 60); do
+  reg=$(k get node localhost -o 'jsonpath={.status.capacity.rdma/hca}' 2>/dev/null)
+  [ -n "$reg" ] && break; sleep 1
+done
+if [ -n "$reg" ]; then pass "device-plugin-registered(node capacity rdma/hca=$reg)"
+else fail device-plugin-registered "no rdma/hca in the node's capacity: $(k get node localhost -o 'jsonpath={.status.capacity}' 2>&1)"; fi
 
 . "$here/scenarios.sh"
 finish
