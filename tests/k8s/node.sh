@@ -12,7 +12,7 @@ say() { echo "NODE $*"; }
 # PID 1 must not exit (the kernel panics): a node that cannot start says why and powers off.
 die() { say "FAIL $*"; poweroff -f; sleep 60; }
 mount -t tmpfs tmp /tmp 2>/dev/null; mount -t tmpfs run /run 2>/dev/null
-mkdir -p /run/netns /var/log /var/lib/kubelet /var/lib/containerd /etc/cni/net.d
+mkdir -p /run/netns /var/log/sriov-rdma /var/lib/kubelet /var/lib/containerd /etc/cni/net.d
 # cgroup v2 with the controllers the kubelet requires delegated to the tree.
 mkdir -p /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo "+cpu +cpuset +memory +pids +io" > /sys/fs/cgroup/cgroup.subtree_control

@@ -13,7 +13,7 @@
 NAD=sriov-rdma-test
 nad() { # nad NAME EXTRA-KEYS: the NAD like deploy/nad.yaml (VLAN 100, QoS 3, spoofchk, trust, MTU 9000; not
         # link_state, which the emulated igb PF refuses with EOPNOTSUPP),
-        # host-local IPAM (whereabouts is not on the node), the plugin's log in /var/log/sriov-rdma.log
+        # host-local IPAM (whereabouts is not on the node), the plugin's log in /var/log/sriov-rdma/sriov-rdma.log
   cat <<EOF
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -21,7 +21,7 @@ metadata:
   name: $1
   namespace: default
 spec:
-  config: '{"cniVersion":"1.0.0","name":"$1","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":100,"vlanQoS":3,"spoofchk":"on","trust":"on","mtu":9000,"rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma.log"$2,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.7.0.0/24"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
+  config: '{"cniVersion":"1.0.0","name":"$1","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":100,"vlanQoS":3,"spoofchk":"on","trust":"on","mtu":9000,"rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log"$2,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.7.0.0/24"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
 EOF
 }
 pod() { # pod NAME VF-PCI [NAD]: a worker like deploy/pod-nccl.yaml on the VF
@@ -125,7 +125,7 @@ else
 fi
 # The plugin's own share of the pod start: each ADD's duration from its log (first to last line of the
 # process, timestamps in seconds).
-onnode 'cat /var/log/sriov-rdma.log' > "$work/plugin.log" 2>/dev/null
+onnode 'cat /var/log/sriov-rdma/sriov-rdma.log' > "$work/plugin.log" 2>/dev/null
 for p in $(awk '$4 == "ADD" { print $2 }' "$work/plugin.log" | sort -u); do
   say "plugin ADD $p: $(awk -v p="$p" '$2 == p { if (!f) f = $1; l = $1 } END { printf "%.0f ms", (l - f) * 1000 }' "$work/plugin.log") from its first to its last log line: $(grep -F "$p" "$work/plugin.log" | cut -d' ' -f3- | tr '\n' '|' | cut -c1-600)"
 done
