@@ -212,9 +212,13 @@ impl Watcher {
     }
 }
 
-/// The identity of a socket file: the kubelet's restart replaces it, and removes ours.
-fn identity(p: &Path) -> Option<(u64, u64)> {
-    std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
+/// The identity of a socket file: the kubelet's restart replaces it, and removes ours. The inode alone is not
+/// enough: a file system may give the new socket the inode number the old one freed, so its change time is part
+/// of it (a new socket is a new inode change).
+type FileId = (u64, u64, i64, i64);
+
+fn identity(p: &Path) -> Option<FileId> {
+    std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// Serves one resource for as long as the daemon runs: bind the socket, register, and start over whenever the
@@ -272,7 +276,7 @@ async fn serve_once(
     let mut attempt = 0u32;
     // The kubelet.sock registered with: a new one (the kubelet restarted) gets a new registration, even if the
     // kubelet left this plugin's socket in place.
-    let mut registered: Option<Option<(u64, u64)>> = None;
+    let mut registered: Option<Option<FileId>> = None;
     let mut last_warning = None;
     while !gone() {
         if registered.is_some_and(|id| id != identity(&kubelet)) {
