@@ -104,6 +104,12 @@ pub fn not_usable(named: impl std::fmt::Display, e: NotUsable) -> CniError {
     CniError::new(code, format!("{named}: {e}"))
 }
 
+/// Whether opening a pod namespace failed because there is none: its path is missing, or is no namespace file (a
+/// plain file or directory left where one was mounted). Any other failure (`EACCES`, `EMFILE`) is not "gone".
+pub fn netns_missing(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput)
+}
+
 /// The pod namespace and a route socket opened inside it, or `None` when it is gone.
 pub struct Pod {
     pub ns: Netns,

@@ -2,7 +2,7 @@
 //! (journal.rs), even when the pod namespace is gone; the record removed only when every step is undone.
 
 use super::attachment::Attachment;
-use super::context::{find_host_netdev, Host, Paths, Pod, RETURN_WAIT};
+use super::context::{find_host_netdev, netns_missing, Host, Paths, Pod, RETURN_WAIT};
 use super::ipam::{self, Target};
 use super::journal::{unwind, Session, Undone};
 use super::signals::changing_state;
@@ -42,10 +42,7 @@ pub fn release(
     let mut pod = match Pod::open(netns) {
         Ok(p) => Some(p),
         // A path that is no namespace (a plain file left where one was mounted) is never a live pod.
-        Err(e)
-            if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput)
-                && !netns.is_empty() =>
-        {
+        Err(e) if netns_missing(&e) && !netns.is_empty() => {
             crate::info!(
                 "DEL {}/{}: pod namespace {netns} is gone ({e}); restoring from the host",
                 rec.container_id,

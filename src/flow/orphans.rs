@@ -3,7 +3,7 @@
 //! forwards GC to a secondary plugin; containerd never calls it).
 
 use super::attachment::Attachment;
-use super::context::{find_host_netdev_in, not_usable, Host, Paths};
+use super::context::{find_host_netdev_in, netns_missing, not_usable, Host, Paths};
 use super::del::{finish, release};
 use super::ipam::Target;
 use crate::cni::config::NetConf;
@@ -35,10 +35,7 @@ pub fn netns_gone(path: &str) -> bool {
     if path.is_empty() {
         return false;
     }
-    match Netns::open(path) {
-        Ok(_) => false,
-        Err(e) => matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput),
-    }
+    Netns::open(path).err().is_some_and(|e| netns_missing(&e))
 }
 
 /// Where the record's VF is. A path that went away proves nothing while the VF is still inside a namespace
