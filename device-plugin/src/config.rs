@@ -36,7 +36,9 @@ struct ResourceFile {
     require_rdma: Option<bool>,
 }
 
-/// Which VFs a resource offers; every given list must match (an empty or absent list matches all).
+/// Which VFs a resource offers; every given list must match (an empty or absent list matches all). A VF that
+/// several resources select is offered by the first of them in the config only, so the kubelet cannot give it
+/// to two pods.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Selectors {
@@ -57,6 +59,9 @@ pub struct Selectors {
     pub link_types: Vec<String>,
     #[serde(default)]
     pub numa_nodes: Vec<u32>,
+    /// The VF's own PCI address (`0000:3b:00.2`): to set particular VFs apart (for a VM, a test, a tenant).
+    #[serde(default)]
+    pub pci_addresses: Vec<String>,
 }
 
 /// One advertised resource.
@@ -173,9 +178,16 @@ impl File {
                     return err(format!("{key}.selectors.{field}[{j}]"), format!("{:?} is not a name", values[j]));
                 }
             }
+            let mut pci_addresses = Vec::new();
+            for (j, v) in s.pci_addresses.iter().enumerate() {
+                match sriov_rdma_cni::model::PciAddr::parse(v) {
+                    Ok(a) => pci_addresses.push(a.to_string()),
+                    Err(e) => return err(format!("{key}.selectors.pciAddresses[{j}]"), format!("{v:?} {e}")),
+                }
+            }
             let vendors = s.vendors.iter().map(|v| v.to_ascii_lowercase()).collect();
             let devices = s.devices.iter().map(|v| v.to_ascii_lowercase()).collect();
-            let selectors = Selectors { vendors, devices, ..s };
+            let selectors = Selectors { vendors, devices, pci_addresses, ..s };
             resources.push(Resource { name, selectors, require_rdma: r.require_rdma.unwrap_or(true) });
         }
         let num_vfs: Vec<(String, u32)> = self.num_vfs.unwrap_or_default().into_iter().collect();
@@ -265,6 +277,10 @@ mod tests {
             (r#"{"resources":[{"selectors":{"linkTypes":["ether","eth"]}}]}"#, "resources[0].selectors.linkTypes[1]"),
             (r#"{"resources":[{"selectors":{"vendors":["0x15b3"]}}]}"#, "resources[0].selectors.vendors[0]"),
             (r#"{"resources":[]}"#, "resources: is empty"),
+            (
+                r#"{"resources":[{"selectors":{"pciAddresses":["3b:00.2","3b:00"]}}]}"#,
+                "resources[0].selectors.pciAddresses[1]",
+            ),
             (r#"{"numVfs":{"ens1f0":"8"}}"#, "invalid type: string \"8\""),
             (r#"{"resources":[{"selectors":{"numaNodes":[-1]}}]}"#, "invalid value: integer `-1`"),
         ];

@@ -43,6 +43,7 @@ pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, in_pod: bool) -> bool {
         && any(&s.drivers, vf.driver.as_deref())
         && any(&s.link_types, link.as_deref())
         && (s.numa_nodes.is_empty() || vf.numa_node.is_some_and(|n| s.numa_nodes.contains(&n)))
+        && any(&s.pci_addresses, Some(vf.pci.as_str()))
         && (!res.require_rdma || in_pod || !vf.rdma.is_empty() || vf.is_vfio())
 }
 
@@ -70,6 +71,9 @@ pub struct Offered {
     pub driver: Option<String>,
     pub rdma_devices: Vec<String>,
     pub problems: Vec<String>,
+    /// The resource's selectors take the VF now (it is this resource's, not only listed because it was before).
+    #[serde(skip)]
+    pub selected: bool,
 }
 
 impl Offered {
@@ -85,11 +89,20 @@ impl Offered {
 /// The devices of one resource: the VFs it selects now, plus those it offered before (`seen`), which stay listed
 /// as Unhealthy when they are gone or no longer qualify, so the kubelet does not count them as free. A VF with an
 /// attachment record (`attached`) has its RDMA device in a pod: its port state is not the host's to judge.
-pub fn offer(res: &Resource, inv: &Inventory, seen: &BTreeSet<String>, attached: &BTreeSet<PciAddr>) -> Vec<Offered> {
+/// `taken`: the VFs resources listed before this one in the config selected (ID → resource): a VF is offered by
+/// one resource only; one this resource offered before stays listed, Unhealthy, naming the one that took it.
+pub fn offer(
+    res: &Resource,
+    inv: &Inventory,
+    seen: &BTreeSet<String>,
+    attached: &BTreeSet<PciAddr>,
+    taken: &BTreeMap<String, String>,
+) -> Vec<Offered> {
     let mut out: BTreeMap<String, Offered> = BTreeMap::new();
     for (pf, vf) in inv.vfs() {
         let id = vf.pci.to_string();
-        let selected = selects(res, pf, vf, attached.contains(&vf.pci));
+        let owner = taken.get(&id);
+        let selected = owner.is_none() && selects(res, pf, vf, attached.contains(&vf.pci));
         if !selected && !seen.contains(&id) {
             continue;
         }
@@ -98,8 +111,12 @@ pub fn offer(res: &Resource, inv: &Inventory, seen: &BTreeSet<String>, attached:
             problems.retain(|p| !matches!(p, Unhealthy::RdmaPortNotActive { .. }));
         }
         let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        if !selected {
-            problems.push("it no longer matches the resource's selectors (driver or RDMA device changed)".into());
+        match owner {
+            Some(other) => problems.push(format!("it is offered by {other}, listed before this resource")),
+            None if !selected => {
+                problems.push("it no longer matches the resource's selectors (driver or RDMA device changed)".into())
+            }
+            None => {}
         }
         out.insert(
             id.clone(),
@@ -111,6 +128,7 @@ pub fn offer(res: &Resource, inv: &Inventory, seen: &BTreeSet<String>, attached:
                 rdma_devices: vf.rdma.iter().map(|d| d.name.clone()).collect(),
                 problems,
                 id,
+                selected,
             },
         );
     }
@@ -126,10 +144,32 @@ pub fn offer(res: &Resource, inv: &Inventory, seen: &BTreeSet<String>, attached:
                 driver: None,
                 rdma_devices: Vec::new(),
                 problems: vec![Unhealthy::Gone.to_string()],
+                selected: false,
             },
         );
     }
     out.into_values().collect()
+}
+
+/// Every resource's devices, in config order, each VF with the first resource that selects it (`seen`: what
+/// each resource offered before, indexed like `resources`).
+pub fn offer_all(
+    resources: &[Resource],
+    inv: &Inventory,
+    seen: &[BTreeSet<String>],
+    attached: &BTreeSet<PciAddr>,
+) -> Vec<Vec<Offered>> {
+    let mut taken: BTreeMap<String, String> = BTreeMap::new();
+    let none = BTreeSet::new();
+    let mut all = Vec::new();
+    for (i, res) in resources.iter().enumerate() {
+        let list = offer(res, inv, seen.get(i).unwrap_or(&none), attached, &taken);
+        for o in list.iter().filter(|o| o.selected) {
+            taken.insert(o.id.clone(), res.name.clone());
+        }
+        all.push(list);
+    }
+    all
 }
 
 /// What one container gets for its VFs: their character devices, the `PCIDEVICE_*` variables and the device-info
@@ -321,7 +361,10 @@ mod tests {
         let res = |sel: Selectors| Resource { name: "rdma/hca".into(), selectors: sel, require_rdma: true };
         let offered = |r: &Resource, attached: &[&str]| -> Vec<String> {
             let a = attached.iter().map(|p| PciAddr::parse(p).unwrap()).collect();
-            offer(r, &inv, &BTreeSet::new(), &a).into_iter().map(|o| format!("{} {}", o.id, o.health)).collect()
+            offer(r, &inv, &BTreeSet::new(), &a, &BTreeMap::new())
+                .into_iter()
+                .map(|o| format!("{} {}", o.id, o.health))
+                .collect()
         };
         for pf in ["ens1f0", "mlx5_0"] {
             let r = res(Selectors { pf_names: vec![pf.into()], ..Selectors::default() });
@@ -336,6 +379,37 @@ mod tests {
         assert!(none(Selectors { drivers: vec!["vfio-pci".into()], ..Selectors::default() }).is_empty());
         let all = Resource { require_rdma: false, ..res(Selectors::default()) };
         assert_eq!(offered(&all, &[]).len(), 2, "requireRdma: false offers the VF without an RDMA device");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_vf_two_resources_select_is_offered_by_the_first_only() {
+        let root = std::env::temp_dir().join(format!("sriov-rdma-dp-first-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let t = FakeTree::new(&root).unwrap();
+        t.pf("0000:3b:00.0", "ens1f0", 3).unwrap();
+        t.netdev_state("ens1f0", "up", 1).unwrap();
+        for (i, vf) in ["0000:3b:00.2", "0000:3b:00.3", "0000:3b:00.4"].into_iter().enumerate() {
+            t.vf("0000:3b:00.0", i as u32, vf, Some(&format!("ens1f0v{i}")), "igbvf").unwrap();
+        }
+        let inv = Inventory::scan(&Sysfs::at(root.clone()));
+        let res = |name: &str, pci: &[&str]| Resource {
+            name: name.into(),
+            selectors: Selectors { pci_addresses: pci.iter().map(|s| s.to_string()).collect(), ..Selectors::default() },
+            require_rdma: false,
+        };
+        let ids = |l: &[Offered]| -> Vec<String> { l.iter().map(|o| format!("{} {}", o.id, o.health)).collect() };
+        let resources = [res("rdma/one", &["0000:3b:00.3"]), res("rdma/rest", &[])];
+        let none = BTreeSet::new();
+        let lists = offer_all(&resources, &inv, &[], &none);
+        assert_eq!(ids(&lists[0]), vec!["0000:3b:00.3 Healthy"], "pciAddresses selects exactly that VF");
+        assert_eq!(ids(&lists[1]), vec!["0000:3b:00.2 Healthy", "0000:3b:00.4 Healthy"], "not the first's VF");
+        // The second resource had offered 0000:3b:00.3 before the first took it: listed Unhealthy, naming it.
+        let seen = [BTreeSet::new(), BTreeSet::from(["0000:3b:00.3".to_string()])];
+        let lists = offer_all(&resources, &inv, &seen, &none);
+        let o = lists[1].iter().find(|o| o.id == "0000:3b:00.3").expect("still listed");
+        assert_eq!(o.health, UNHEALTHY);
+        assert!(o.problems.iter().any(|p| p.contains("offered by rdma/one")), "{:?}", o.problems);
         let _ = std::fs::remove_dir_all(&root);
     }
 

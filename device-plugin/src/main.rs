@@ -9,7 +9,6 @@ use sriov_rdma_device_plugin::config::Config;
 use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
 use sriov_rdma_device_plugin::server::{self, Timing};
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,17 +142,19 @@ fn main() {
 fn dry_run(config: &Config, paths: &Paths, sysfs: &Sysfs, outcomes: &[numvfs::Outcome]) -> i32 {
     let inv = Inventory::scan(sysfs);
     let attached = devices::attached(&paths.state_dir);
+    let lists = devices::offer_all(&config.resources, &inv, &[], &attached);
     let resources: Vec<serde_json::Value> = config
         .resources
         .iter()
-        .map(|r| {
+        .zip(lists)
+        .map(|(r, list)| {
             serde_json::json!({
                 "name": r.name,
                 "env": r.env_name(),
                 "socket": paths.kubelet_dir.join(r.socket_name()),
                 "selectors": r.selectors,
                 "requireRdma": r.require_rdma,
-                "devices": devices::offer(r, &inv, &BTreeSet::new(), &attached),
+                "devices": list,
             })
         })
         .collect();

@@ -182,8 +182,8 @@ impl Watcher {
                 Ok(r) => r,
                 Err(e) => return error!("reading the node inventory: {e}"),
             };
-        for (i, res) in self.resources.iter().enumerate() {
-            let list = devices::offer(res, &inv, &self.seen[i], &attached);
+        let lists = devices::offer_all(&self.resources, &inv, &self.seen, &attached);
+        for ((i, res), list) in self.resources.iter().enumerate().zip(lists) {
             self.seen[i].extend(list.iter().map(|o| o.id.clone()));
             self.senders[i].send_if_modified(|cur| {
                 if *cur == list {
