@@ -195,8 +195,7 @@ PFS=$(onnode 'for n in /sys/class/net/*; do [ "$(basename "$(readlink $n/device/
 set -- $PFS; PF1=${1:-}; PF2=${2:-}
 [ -n "$PF1" ] && [ -n "$PF2" ] || { fail node-pfs "two igb PFs expected on the node, found '$PFS'"; finish; }
 vf_pci() { onnode "basename \$(readlink /sys/class/net/$1/device/virtfn$2)"; }
-VFA=$(vf_pci "$PF1" 2); VFB=$(vf_pci "$PF2" 1)
-say "node PFs $PF1 $PF2; pod A gets VF $VFA ($PF1 vf 2), pod B VF $VFB ($PF2 vf 1)"
+say "node PFs $PF1 $PF2"
 
 # --- installer: the project's DaemonSet as shipped puts the plugin into the node's /opt/cni/bin ---
 k label node localhost feature.node.kubernetes.io/network-sriov.capable=true --overwrite >/dev/null
@@ -217,13 +216,69 @@ else fail installer "ready=${ok:-no} sha256 node=${got:-none} built=$want: $(k -
 
 # The device plugin registered its resource with the real kubelet: the API server shows it in the node's capacity
 # (0 here: the shipped selectors ask for ConnectX VFs with an RDMA device, which the emulated igb has not).
+cap() { k get node localhost -o "jsonpath={.status.$1.${2//./\\.}}" 2>/dev/null; }
 reg=""
-for _ in $(seq 1 60); do
-  reg=$(k get node localhost -o 'jsonpath={.status.capacity.rdma/hca}' 2>/dev/null)
-  [ -n "$reg" ] && break; sleep 1
-done
+for _ in $(seq 1 60); do reg=$(cap capacity rdma/hca); [ -n "$reg" ] && break; sleep 1; done
 if [ -n "$reg" ]; then pass "device-plugin-registered(node capacity rdma/hca=$reg)"
 else fail device-plugin-registered "no rdma/hca in the node's capacity: $(k get node localhost -o 'jsonpath={.status.capacity}' 2>&1)"; fi
+# doctor on the node, against the real kubelet's checkpoint: the resource offers none of this node's VFs.
+out=$(onnode '/opt/cni/bin/sriov-rdma doctor' 2>&1); rc=$?
+if [ "$rc" = 1 ] && echo "$out" | grep -q 'no resource the kubelet registered lists a VF of this node'; then
+  pass "doctor-no-vf-registered(real kubelet: '$(echo "$out" | grep -m1 -o 'no resource the kubelet registered[^:]*')', exit 1)"
+else fail doctor-no-vf-registered "rc=$rc: $(echo "$out" | grep -i -m3 'kubelet\|regist' | tr '\n' ' ')"; fi
+
+# The operator's step for this node: the device plugin's config in an overlay of deploy/ (kubectl apply -k),
+# then a rollout restart. The resources, each VF in the first that selects it:
+#   sriov-rdma/rxe   PF1's VFs 5 and 6, each with a Soft-RoCE device made on the node on its netdev, which stays on
+#                    the node (no NAD moves it): the stand-in for a VF's own RDMA function, which an igb VF has
+#                    not. Soft-RoCE does not survive its netdev's move into a pod, so this is how a pod is given
+#                    an RDMA device that exists before it starts;
+#   sriov-rdma/vfio  PF1's VF 4, bound to vfio-pci here;
+#   sriov-rdma/pf1   the rest of PF1's VFs (igbvf; no RDMA device required: those pods make theirs), the
+#                    resourceName of the NAD sriov-rdma-test;
+#   sriov-rdma/pf2   PF2's VFs, NAD sriov-rdma-test-b.
+RXE1=$(vf_pci "$PF1" 5); RXE2=$(vf_pci "$PF1" 6); VFIO=$(vf_pci "$PF1" 4)
+onnode "for i in 5 6; do n=\$(ls /sys/class/net/$PF1/device/virtfn\$i/net); /usr/sbin/ip link set \$n up
+          /usr/sbin/rdma link add rxe_vf\$i type rxe netdev \$n; done
+        q=$VFIO; echo \$q > /sys/bus/pci/devices/\$q/driver/unbind; echo vfio-pci > /sys/bus/pci/devices/\$q/driver_override
+        echo \$q > /sys/bus/pci/drivers_probe" >/dev/null 2>&1
+say "node: Soft-RoCE rxe_vf5 on $RXE1, rxe_vf6 on $RXE2; $VFIO bound to $(onnode "basename \$(readlink /sys/bus/pci/devices/$VFIO/driver)" 2>/dev/null)"
+cp -r "$top/deploy" "$work/deploy"; mkdir -p "$work/overlay"
+cat > "$work/overlay/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [../deploy]
+patches:
+  - target: { kind: ConfigMap, name: sriov-rdma-config }
+    patch: |
+      - op: replace
+        path: /data/resourceName
+        value: sriov-rdma/pf1
+      - op: replace
+        path: /data/config.json
+        value: |
+          {"resources": [
+            {"name": "sriov-rdma/rxe", "selectors": {"pciAddresses": ["$RXE1", "$RXE2"]}},
+            {"name": "sriov-rdma/vfio", "selectors": {"pciAddresses": ["$VFIO"], "drivers": ["vfio-pci"]}},
+            {"selectors": {"pfNames": ["$PF1"], "drivers": ["igbvf"]}, "requireRdma": false},
+            {"name": "sriov-rdma/pf2", "selectors": {"pfNames": ["$PF2"], "drivers": ["igbvf"]}, "requireRdma": false}
+          ]}
+EOF
+if ! { k apply -k "$work/overlay" >/dev/null && k -n kube-system rollout restart ds/sriov-rdma >/dev/null \
+       && k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null; }; then
+  fail device-plugin-config "kubectl apply -k / rollout failed: $(k -n kube-system get pods 2>&1 | tail -3 | tr '\n' ' ')"
+fi
+want="rxe=2 vfio=1 pf1=4 pf2=2"
+for _ in $(seq 1 60); do
+  got="rxe=$(cap allocatable sriov-rdma/rxe) vfio=$(cap allocatable sriov-rdma/vfio) pf1=$(cap allocatable sriov-rdma/pf1) pf2=$(cap allocatable sriov-rdma/pf2)"
+  [ "$got" = "$want" ] && break; sleep 1
+done
+if [ "$got" = "$want" ]; then pass "device-plugin-resources(node allocatable: $got)"
+else fail device-plugin-resources "want $want, node allocatable: $got; $(k -n kube-system logs ds/sriov-rdma 2>&1 | tail -5 | tr '\n' ' ')"; fi
+out=$(onnode '/opt/cni/bin/sriov-rdma doctor' 2>&1)
+if echo "$out" | grep -q 'no resource the kubelet registered lists a VF'; then
+  fail doctor-vfs-registered "doctor still says no VF is registered: $(echo "$out" | grep -m1 'no resource')"
+else pass "doctor-vfs-registered(the blocker is gone: '$(echo "$out" | grep -m1 -o 'registered sriov-rdma/pf1: [^,]*')')"; fi
 
 . "$here/scenarios.sh"
 finish

@@ -1,30 +1,38 @@
-# The Kubernetes node scenarios (sourced by e2e.sh once the node is Ready and the installer ran): everything
-# through kubectl; the kernel's view through the node shell pod (node), the API server's through kubectl.
+# The Kubernetes node scenarios (sourced by e2e.sh once the node is Ready, the installer ran and the device
+# plugin offers the node's VFs): everything through kubectl; the kernel's view through the node shell pod
+# (onnode), the API server's through kubectl.
 #
-# The VF each pod gets: the SR-IOV network device plugin's module is not served by the Go module proxy this
-# project's machines reach, and the project's own device plugin (issue 16) does not exist yet, so no device
-# plugin allocates VFs here: each pod names its VF in its network selection element ("deviceID"), which
-# Multus hands to the plugin as runtimeConfig.deviceID, exactly where it puts a device plugin's allocation,
-# and for which it creates the device-info file behind the network-status annotation.
-# The RDMA device: soft-RoCE (rxe) on net1, created from inside the pod, stands in for the VF's own RDMA
-# function (an igb VF has none); the pods are privileged for that (rdma link add needs CAP_NET_ADMIN) and to
-# see /dev/infiniband, which a device plugin would mount for a VF's real RDMA device.
+# The VF each pod gets: the pod requests a resource of the project's device plugin (sriov-rdma/pf1 for rdma-a,
+# sriov-rdma/pf2 for rdma-b); the kubelet allocates a VF; Multus reads the allocation from the kubelet's
+# pod-resources API (the NAD's k8s.v1.cni.cncf.io/resourceName) and hands it to sriov-rdma as deviceID. Nothing
+# in the pod names its VF.
+# The RDMA traffic: Soft-RoCE (rxe) on net1, created from inside the pod, stands in for the VF's own RDMA
+# function (an igb VF has none, and a Soft-RoCE device made on the node would die when its netdev moves into the
+# pod); these pods are privileged for that (rdma link add needs CAP_NET_ADMIN) and mount the node's
+# /dev/infiniband, as the uverbs device appears only after the container started. The device plugin's own
+# handing out of RDMA character devices is shown by unprivileged pods without hostPath (rdma-dev-1/2 below).
 
 NAD=sriov-rdma-test
-nad() { # nad NAME EXTRA-KEYS: the NAD like deploy/nad.yaml (VLAN 100, QoS 3, spoofchk, trust, MTU 9000; not
-        # link_state, which the emulated igb PF refuses with EOPNOTSUPP),
-        # host-local IPAM (whereabouts is not on the node), the plugin's log in /var/log/sriov-rdma/sriov-rdma.log
+NADB=sriov-rdma-test-b
+nad() { # nad NAME RESOURCE EXTRA-KEYS [RANGE-START RANGE-END]: the NAD like deploy/nad.yaml (VLAN 100, QoS 3,
+        # spoofchk, trust, MTU 9000; not link_state, which the emulated igb PF refuses with EOPNOTSUPP), its
+        # resourceName the device plugin's resource, host-local IPAM (whereabouts is not on the node), the
+        # plugin's log in /var/log/sriov-rdma/sriov-rdma.log
   cat <<EOF
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
 metadata:
   name: $1
   namespace: default
+  annotations:
+    k8s.v1.cni.cncf.io/resourceName: $2
 spec:
-  config: '{"cniVersion":"1.0.0","name":"$1","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":100,"vlanQoS":3,"spoofchk":"on","trust":"on","mtu":9000,"rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log"$2,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.7.0.0/24"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
+  config: '{"cniVersion":"1.0.0","name":"$1","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":100,"vlanQoS":3,"spoofchk":"on","trust":"on","mtu":9000,"rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log"$3,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.7.0.0/24","rangeStart":"10.7.0.${4:-10}","rangeEnd":"10.7.0.${5:-99}"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
 EOF
 }
-pod() { # pod NAME VF-PCI [NAD]: a worker like deploy/pod-nccl.yaml on the VF
+pod() { # pod NAME NAD RESOURCE|- [DEVICE-ID]: a worker like deploy/pod-nccl.yaml requesting one VF of RESOURCE
+        # (- requests none: the pod then names DEVICE-ID itself, as a tenant could)
+  local net="{\"name\":\"$2\",\"interface\":\"net1\"${4:+,\"deviceID\":\"$4\"}}"
   cat <<EOF
 apiVersion: v1
 kind: Pod
@@ -32,7 +40,7 @@ metadata:
   name: $1
   namespace: default
   annotations:
-    k8s.v1.cni.cncf.io/networks: '[{"name":"${3:-$NAD}","interface":"net1","deviceID":"$2"}]'
+    k8s.v1.cni.cncf.io/networks: '[$net]'
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 2
@@ -46,8 +54,7 @@ spec:
         - { name: NCCL_IB_ROCE_VERSION_NUM, value: "2" }
       securityContext:
         privileged: true
-      # Stand-in for the device plugin's mounts: the node's RDMA character devices (uverbsN appears when
-      # the container creates its rxe device, after the container started).
+$([ "$3" = - ] || printf '      resources:\n        requests: { "%s": "1" }\n        limits: { "%s": "1" }\n' "$3" "$3")
       volumeMounts:
         - { name: infiniband, mountPath: /dev/infiniband }
   volumes:
@@ -55,12 +62,14 @@ spec:
       hostPath: { path: /dev/infiniband, type: Directory }
 EOF
 }
-# What DEL must give back: the PF rows, the VF netdevs' names, MAC and MTU, and the record store.
+# What DEL must give back: the PF rows, every VF's netdev name, MAC and MTU, and the record store.
 snapshot() {
   onnode "/usr/sbin/ip link show $PF1 | grep ' vf '; /usr/sbin/ip link show $PF2 | grep ' vf '
-        for v in $VFA $VFB; do n=\$(ls /sys/bus/pci/devices/\$v/net 2>/dev/null); echo \"\$v \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
+        for v in /sys/class/net/$PF1/device/virtfn* /sys/class/net/$PF2/device/virtfn*; do
+          p=\$(basename \$(readlink \$v)); n=\$(ls /sys/bus/pci/devices/\$p/net 2>/dev/null)
+          echo \"\$p \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
         echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '[.]lock\$' | tr '\n' ' ')
-        echo leases: \$(ls /var/lib/cni/sriov-rdma-ipam/$NAD 2>/dev/null | grep '^10[.]' | tr '\n' ' ')" 2>&1
+        echo leases: \$(ls /var/lib/cni/sriov-rdma-ipam/$NAD /var/lib/cni/sriov-rdma-ipam/$NADB 2>/dev/null | grep '^10[.]' | tr '\n' ' ')" 2>&1
 }
 inpod() { k exec "$1" -- sh -c "$2"; }
 ms() { date +%s%3N; }
@@ -79,16 +88,28 @@ gone() { # gone NAME...: waits until the pods no longer exist
   for p in "$@"; do k wait --for=delete "pod/$p" --timeout=120s >/dev/null 2>&1 || return 1; done
 }
 addr_of() { inpod "$1" "ip -4 -o addr show net1" | awk '{ print $4 }' | cut -d/ -f1; }
+# vf_of POD VAR: the VF the kubelet allocated to the pod's container, from the variable the device plugin set
+# (read from the container's first process: a '-' of the resource name stays in the name, which sh drops)
+vf_of() { inpod "$1" "tr '\\0' '\\n' < /proc/1/environ" 2>/dev/null | sed -n "s/^$2=//p"; }
+status_pci() { # status_pci POD: the pci-address in the pod's network-status annotation
+  k get pod "$1" -o 'jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' \
+    | tr -d ' \n' | sed -n 's/.*"pci-address":"\([^"]*\)".*/\1/p'
+}
+two_pods() { pod rdma-a "$NAD" sriov-rdma/pf1; echo ---; pod rdma-b "$NADB" sriov-rdma/pf2; }
+# allocated: sets VFA and VFB, the VFs the kubelet gave rdma-a and rdma-b
+allocated() { VFA=$(vf_of rdma-a PCIDEVICE_SRIOV-RDMA_PF1); VFB=$(vf_of rdma-b PCIDEVICE_SRIOV-RDMA_PF2); }
 
-nad "$NAD" "" | k apply -f - >/dev/null || fail nad "kubectl apply of the NAD failed"
+{ nad "$NAD" sriov-rdma/pf1 ""; echo ---; nad "$NADB" sriov-rdma/pf2 "" 100 199; } | k apply -f - >/dev/null \
+  || fail nad "kubectl apply of the NADs failed"
 BEFORE=$(snapshot)
 say "before: $(echo "$BEFORE" | tr '\n' ';')"
 
-# --- two pods on VFs of different PFs, VLAN 100, MTU 9000 ---
+# --- two pods on VFs of different PFs, allocated by the device plugin, VLAN 100, MTU 9000 ---
 t=$(ms)
-{ pod rdma-a "$VFA"; echo ---; pod rdma-b "$VFB"; } | k apply -f - >/dev/null
+two_pods | k apply -f - >/dev/null
 if up "$t" rdma-a rdma-b; then
   say "pod start (kubectl apply → Ready with net1 carrier): rdma-a ${UP_MS_rdma_a} ms, rdma-b ${UP_MS_rdma_b} ms"
+  allocated
   why=""
   for p in rdma-a rdma-b; do
     mtu=$(inpod $p 'cat /sys/class/net/net1/mtu'); a=$(addr_of $p)
@@ -98,22 +119,29 @@ if up "$t" rdma-a rdma-b; then
   A=$(addr_of rdma-a); B=$(addr_of rdma-b)
   pass_or() { if [ -z "$why" ]; then pass "$1"; else fail "$1" "$why"; fi; }
   pass_or "pods-running(net1 carrier, MTU 9000: rdma-a $A, rdma-b $B)"
-  # The API server's view: Multus's network-status names the VF's PCI address (device-info).
+  # The chain: the kubelet's allocation (the device plugin's PCIDEVICE_ variable in the container), the VF on the
+  # PF of that resource, and Multus's network-status (device-info) name the same VF, which is the pod's net1.
   why=""
   for p in a b; do
-    v=$([ $p = a ] && echo "$VFA" || echo "$VFB")
-    st=$(k get pod rdma-$p -o 'jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}')
-    echo "$st" | tr -d ' \n' | grep -q "\"pci-address\":\"$v\"" || why="$why rdma-$p network-status lacks pci-address $v: $st;"
+    v=$([ $p = a ] && echo "$VFA" || echo "$VFB"); pf=$([ $p = a ] && echo "$PF1" || echo "$PF2")
+    st=$(status_pci rdma-$p)
+    [ -n "$v" ] || why="$why rdma-$p has no PCIDEVICE_ variable;"
+    [ "$st" = "$v" ] || why="$why rdma-$p network-status pci-address '$st' is not the allocated VF '$v';"
+    onnode "ls -l /sys/class/net/$pf/device/ | grep -q '/$v\$'" 2>/dev/null || why="$why rdma-$p VF '$v' is not a VF of $pf;"
+    [ -z "$(onnode "ls /sys/bus/pci/devices/$v/net 2>/dev/null")" ] || why="$why rdma-$p VF '$v' still has its netdev on the node;"
   done
-  pass_or "network-status(device-info pci-address of each pod's VF)"
+  pass_or "device-plugin-allocation-to-multus(rdma-a $VFA of $PF1, rdma-b $VFB of $PF2: PCIDEVICE_ = network-status pci-address = the VF in the pod)"
   # The kernel's view of the PFs: the NAD's VLAN, QoS, spoofchk and trust on each pod's VF row.
   why=""
-  rows=$(onnode "/usr/sbin/ip link show $PF1 | grep ' vf 2 '; /usr/sbin/ip link show $PF2 | grep ' vf 1 '")
+  idx() { onnode "for v in /sys/class/net/$1/device/virtfn*; do [ \$(basename \$(readlink \$v)) = $2 ] && echo \${v##*virtfn}; done"; }
+  IA=$(idx "$PF1" "$VFA"); IB=$(idx "$PF2" "$VFB")
+  rows=$(onnode "/usr/sbin/ip link show $PF1 | grep ' vf $IA '; /usr/sbin/ip link show $PF2 | grep ' vf $IB '")
   for r in "$(echo "$rows" | head -1)" "$(echo "$rows" | tail -1)"; do
     echo "$r" | grep -q 'vlan 100, qos 3' && echo "$r" | grep -q 'spoof checking on' && echo "$r" | grep -q 'trust on' \
       || why="$why row '$r';"
   done
-  pass_or "pf-rows(vlan 100 qos 3, spoofchk on, trust on)"
+  [ -n "$IA" ] && [ -n "$IB" ] || why="$why VF index of $VFA/$VFB not found;"
+  pass_or "pf-rows($PF1 vf $IA, $PF2 vf $IB: vlan 100 qos 3, spoofchk on, trust on)"
   # Traffic between the containers over the VFs and the wire between the PFs (VLAN 100 both ends).
   if out=$(inpod rdma-a "ping -c 3 -w 10 $B" 2>&1); then pass "ping(rdma-a → rdma-b over net1: $(echo "$out" | tail -1))"
   else fail ping "$(echo "$out" | tail -2 | tr '\n' ' ')"; fi
@@ -138,10 +166,13 @@ if gone rdma-a rdma-b; then
   else fail delete-restores "before: $(echo "$BEFORE" | tr '\n' ';') after: $(echo "$after" | tr '\n' ';')"; fi
 else fail delete-restores "pods still there after 120 s: $(k get pods 2>&1 | tr '\n' ' ')"; fi
 
+# --- what the device plugin hands a container by itself: RDMA character devices, vfio ---
+. "$here/devices.sh"
+
 # Helpers of the scenarios below.
 two_up() { # applies rdma-a and rdma-b and waits for both with net1 carrier
   local t; t=$(ms)
-  { pod rdma-a "$VFA"; echo ---; pod rdma-b "$VFB"; } | k apply -f - >/dev/null && up "$t" rdma-a rdma-b
+  two_pods | k apply -f - >/dev/null && up "$t" rdma-a rdma-b && allocated
 }
 restored() { # restored SECONDS: waits until the node shows BEFORE again; sets NOW
   for _ in $(seq 1 "$1"); do NOW=$(snapshot); [ "$NOW" = "$BEFORE" ] && return 0; sleep 1; done
@@ -168,12 +199,24 @@ if two_up; then
   sb=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null)
   onnode 'kill $(pidof containerd)' >/dev/null 2>&1
   sleep 3; wait_exec
+  sock=/var/lib/kubelet/device-plugins/sriov-rdma-sriov-rdma_pf1.sock
+  ino=$(onnode "stat -c %i $sock" 2>/dev/null)
   onnode 'kill $(pidof kubelet)' >/dev/null 2>&1
   sleep 3; node_ready; wait_exec
   sb2=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null)
   if [ -n "$sb" ] && [ "$sb" = "$sb2" ] && carriers && inpod rdma-a "ping -c 1 -w 5 $(addr_of rdma-b)" >/dev/null 2>&1; then
     pass "runtime-restarts(containerd and kubelet restarted: same sandbox, net1 carrier, ping)"
   else fail runtime-restarts "sandbox before '$sb' after '$sb2': $(k get pods 2>&1 | tr '\n' ' ')"; fi
+  # The restarted kubelet removed the device plugin's sockets: the plugin registered again (a new socket), and
+  # the node offers the resources again.
+  ino2=""; got=""
+  for _ in $(seq 1 60); do
+    ino2=$(onnode "stat -c %i $sock" 2>/dev/null); got=$(cap allocatable sriov-rdma/pf1)/$(cap allocatable sriov-rdma/pf2)
+    [ -n "$ino2" ] && [ "$ino2" != "$ino" ] && [ "$got" = 4/2 ] && break; sleep 1
+  done
+  if [ -n "$ino" ] && [ -n "$ino2" ] && [ "$ino2" != "$ino" ] && [ "$got" = 4/2 ]; then
+    pass "device-plugin-re-registered(new socket after the kubelet restart, allocatable pf1/pf2 $got)"
+  else fail device-plugin-re-registered "socket inode '$ino' → '$ino2', allocatable pf1/pf2 '$got'"; fi
   delete_and_check "runtime-restarts-then-delete(restored)"
 else fail runtime-restarts "pods did not come up: $(k get pods 2>&1 | tr '\n' ' ')"; k delete pod rdma-a rdma-b --ignore-not-found >/dev/null; fi
 
@@ -229,23 +272,26 @@ if two_up; then
 else fail node-crash "pods did not come up"; k delete pod rdma-a rdma-b --ignore-not-found >/dev/null; fi
 
 # --- bad configurations: the pod's events carry the plugin's error, the node is unchanged ---
-bad() { # bad NAME NAD-EXTRA-KEYS DEVICE EXPECTED-IN-EVENTS
-  nad "bad-$1" "$2" | k apply -f - >/dev/null
-  pod "bad-$1" "$3" "bad-$1" | k apply -f - >/dev/null
+bad() { # bad NAME NAD-EXTRA-KEYS RESOURCE|- DEVICE-ID|"" EXPECTED-IN-EVENTS
+  nad "bad-$1" sriov-rdma/pf1 "$2" | k apply -f - >/dev/null
+  pod "bad-$1" "bad-$1" "$3" "$4" | k apply -f - >/dev/null
   local ev=""
   for _ in $(seq 1 90); do
     ev=$(k get events --field-selector "involvedObject.name=bad-$1" -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' 2>/dev/null)
-    echo "$ev" | grep -q "$4" && break; sleep 1
+    echo "$ev" | grep -q "$5" && break; sleep 1
   done
   local now; now=$(snapshot)
-  if echo "$ev" | grep -q "$4" && [ "$now" = "$BEFORE" ]; then
-    pass "bad-$1(events: $(echo "$ev" | grep -m1 "$4" | cut -c1-160)…; node unchanged)"
+  if echo "$ev" | grep -q "$5" && [ "$now" = "$BEFORE" ]; then
+    pass "bad-$1(events: $(echo "$ev" | grep -m1 "$5" | grep -o "$5.*" | cut -c1-200)…; node unchanged)"
   else fail "bad-$1" "events: $(echo "$ev" | tail -2 | tr '\n' ' ') node: $(echo "$now" | tr '\n' ';')"; fi
   k delete pod "bad-$1" --wait=false >/dev/null; k delete net-attach-def "bad-$1" >/dev/null
 }
-bad rate ',"max_tx_rate":"fast"' "$VFA" 'max_tx_rate'
+bad rate ',"max_tx_rate":"fast"' sriov-rdma/pf1 "" 'max_tx_rate'
 PFPCI=$(onnode "basename \$(readlink /sys/class/net/$PF1/device)" 2>/dev/null)
-bad not-a-vf '' "$PFPCI" 'deviceID'
-gone bad-rate bad-not-a-vf
+bad not-a-vf '' - "$PFPCI" 'deviceID'
+# A tenant's pod that requests no VF but names one (free, offered by the device plugin) in its network selection
+# element: Multus hands that deviceID on; the plugin refuses a VF the kubelet manages but did not allocate to the pod.
+bad steal '' - "$(vf_pci "$PF1" 0)" 'STEAL_ERROR_TEXT'
+gone bad-rate bad-not-a-vf bad-steal
 restored 30 && pass "bad-then-gone(node unchanged after the failed pods are deleted)" \
   || fail bad-then-gone "$(echo "$NOW" | tr '\n' ';')"
