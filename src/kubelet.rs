@@ -1,0 +1,206 @@
+//! What the kubelet records about devices: its device manager checkpoint
+//! (`<device-plugins dir>/kubelet_internal_checkpoint`), which lists per resource the devices its device plugins
+//! registered and, per pod and container, the devices it allocated. The kubelet writes it when it allocates (before
+//! the pod's sandbox exists, so before CNI ADD) and when a plugin's device list changes, through a temporary file
+//! and a rename: a reader sees the whole old file or the whole new one.
+//!
+//! Plain data and one file read; what ADD and doctor make of it is theirs.
+
+use crate::model::PciAddr;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The kubelet's device-plugin directory: plugin sockets, its registration socket and the checkpoint.
+pub const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// The checkpoint's file name in that directory.
+pub const CHECKPOINT: &str = "kubelet_internal_checkpoint";
+
+/// The kubelet's pod-resources socket for a device-plugin directory: `<kubelet root>/pod-resources/kubelet.sock`.
+pub fn pod_resources_socket(device_plugins_dir: &Path) -> std::path::PathBuf {
+    device_plugins_dir.parent().unwrap_or(Path::new("/")).join("pod-resources/kubelet.sock")
+}
+
+/// Devices of one resource the kubelet allocated to one container of one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodDevices {
+    pub pod_uid: String,
+    pub container: String,
+    pub resource: String,
+    pub devices: Vec<String>,
+}
+
+/// The checkpoint's content.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub allocations: Vec<PodDevices>,
+    /// Resource name → the device IDs registered for it (the healthy ones, as the kubelet writes it).
+    pub registered: BTreeMap<String, Vec<String>>,
+}
+
+// The file as the kubelet marshals it (Go's encoding/json: a nil slice or map is `null`).
+#[derive(Deserialize)]
+struct File {
+    #[serde(rename = "Data")]
+    data: Data,
+    // A hash of Go's in-memory dump of Data, which only the kubelet can recompute; not checked.
+    #[serde(rename = "Checksum")]
+    _checksum: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Data {
+    #[serde(rename = "PodDeviceEntries")]
+    entries: Option<Vec<Entry>>,
+    #[serde(rename = "RegisteredDevices")]
+    registered: Option<BTreeMap<String, Option<Vec<String>>>>,
+}
+
+#[derive(Deserialize)]
+struct Entry {
+    #[serde(rename = "PodUID")]
+    pod_uid: String,
+    #[serde(rename = "ContainerName")]
+    container: String,
+    #[serde(rename = "ResourceName")]
+    resource: String,
+    #[serde(rename = "DeviceIDs")]
+    devices: Option<DeviceIds>,
+}
+
+/// A map NUMA node → IDs (kubelets since 1.20), or a plain list (the format before).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DeviceIds {
+    PerNuma(BTreeMap<String, Option<Vec<String>>>),
+    List(Vec<String>),
+}
+
+impl DeviceIds {
+    fn flatten(self) -> Vec<String> {
+        let mut ids: Vec<String> = match self {
+            DeviceIds::PerNuma(m) => m.into_values().flatten().flatten().collect(),
+            DeviceIds::List(l) => l,
+        };
+        // A device with two NUMA nodes is listed under each.
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+}
+
+/// Whether a device ID names this PCI address (device plugins use the address, in any case or short form).
+fn names(id: &str, pci: &PciAddr) -> bool {
+    PciAddr::parse(id).is_ok_and(|p| p == *pci)
+}
+
+impl Checkpoint {
+    /// Decodes the checkpoint's JSON.
+    pub fn parse(raw: &[u8]) -> Result<Checkpoint, String> {
+        let f: File = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+        let registered = f.data.registered.unwrap_or_default();
+        Ok(Checkpoint {
+            registered: registered.into_iter().map(|(r, ids)| (r, ids.unwrap_or_default())).collect(),
+            allocations: f
+                .data
+                .entries
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| PodDevices {
+                    pod_uid: e.pod_uid,
+                    container: e.container,
+                    resource: e.resource,
+                    devices: e.devices.map(DeviceIds::flatten).unwrap_or_default(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Reads the checkpoint at `path`: `None` when there is none (no kubelet, or none with a device plugin yet).
+    pub fn read(path: &Path) -> Result<Option<Checkpoint>, String> {
+        let raw = match std::fs::read(path) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("reading the kubelet's checkpoint {}: {e}", path.display())),
+        };
+        Checkpoint::parse(&raw)
+            .map(Some)
+            .map_err(|e| format!("the kubelet's checkpoint {} is not a device manager checkpoint: {e}", path.display()))
+    }
+
+    /// The resource under which the kubelet manages `pci`: one that registered it, else one it was allocated from
+    /// (an allocated device that turned unhealthy leaves the registered list but not its pod).
+    pub fn resource_of<'a>(&'a self, pci: &PciAddr) -> Option<&'a str> {
+        let registered = self.registered.iter().find(|(_, ids)| ids.iter().any(|id| names(id, pci)));
+        registered.map(|(r, _)| r.as_str()).or_else(|| self.holders(pci).next().map(|a| a.resource.as_str()))
+    }
+
+    /// The allocations that hold `pci`.
+    pub fn holders<'a>(&'a self, pci: &PciAddr) -> impl Iterator<Item = &'a PodDevices> + 'a {
+        let pci = pci.clone();
+        self.allocations.iter().filter(move |a| a.devices.iter().any(|id| names(id, &pci)))
+    }
+
+    /// Whether the kubelet allocated `pci` to a container of the pod `pod_uid`.
+    pub fn allocated_to(&self, pod_uid: &str, pci: &PciAddr) -> bool {
+        self.holders(pci).any(|a| a.pod_uid == pod_uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pci(s: &str) -> PciAddr {
+        PciAddr::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_kubelet_checkpoint_is_read_with_its_registrations_and_allocations() {
+        let cp = Checkpoint::parse(
+            br#"{"Data":{"PodDeviceEntries":[
+              {"PodUID":"u1","ContainerName":"w","ResourceName":"rdma/hca","DeviceIDs":{"0":["0000:3B:02.1"],"1":["0000:3B:02.1"]},"AllocResp":"Cg=="},
+              {"PodUID":"u2","ContainerName":"x","ResourceName":"rdma/hca","DeviceIDs":["0000:3b:02.4"],"AllocResp":null},
+              {"PodUID":"u3","ContainerName":"y","ResourceName":"gpu","DeviceIDs":{"-1":null},"AllocResp":""}],
+              "RegisteredDevices":{"rdma/hca":["0000:3b:02.1","0000:3b:02.2"],"gpu":null}},"Checksum":3552456126}"#,
+        )
+        .unwrap();
+        assert_eq!(cp.registered["rdma/hca"].len(), 2);
+        assert!(cp.registered["gpu"].is_empty());
+        assert_eq!(cp.allocations[0].devices, ["0000:3B:02.1"], "one device on two NUMA nodes is one device");
+        assert!(cp.allocations[2].devices.is_empty());
+        assert_eq!(cp.resource_of(&pci("3b:02.1")), Some("rdma/hca"), "short and upper-case forms name the VF");
+        assert_eq!(cp.resource_of(&pci("0000:3b:02.2")), Some("rdma/hca"));
+        assert_eq!(cp.resource_of(&pci("0000:3b:02.4")), Some("rdma/hca"), "allocated, no longer registered");
+        assert_eq!(cp.resource_of(&pci("0000:3b:02.3")), None);
+        assert!(cp.allocated_to("u1", &pci("0000:3b:02.1")));
+        assert!(!cp.allocated_to("u2", &pci("0000:3b:02.1")));
+        assert!(!cp.allocated_to("u1", &pci("0000:3b:02.2")));
+    }
+
+    #[test]
+    fn empty_lists_as_go_writes_them_and_malformed_files() {
+        let cp = Checkpoint::parse(br#"{"Data":{"PodDeviceEntries":null,"RegisteredDevices":null},"Checksum":1}"#);
+        assert_eq!(cp.unwrap(), Checkpoint::default());
+        for bad in [&b""[..], b"{", b"{}", b"[]", br#"{"Data":{"PodDeviceEntries":[{"PodUID":1}]}}"#] {
+            assert!(Checkpoint::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn no_file_is_none_and_a_bad_one_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-kcp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join(CHECKPOINT);
+        assert_eq!(Checkpoint::read(&f), Ok(None));
+        std::fs::write(&f, b"{\"Data\":").unwrap();
+        let e = Checkpoint::read(&f).unwrap_err();
+        assert!(e.contains(&f.display().to_string()) && e.contains("not a device manager checkpoint"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            pod_resources_socket(Path::new(DEVICE_PLUGINS_DIR)),
+            Path::new("/var/lib/kubelet/pod-resources/kubelet.sock")
+        );
+    }
+}
