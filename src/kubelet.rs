@@ -7,7 +7,7 @@
 //! Plain data and one file read; what ADD and doctor make of it is theirs.
 
 use crate::model::PciAddr;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -22,9 +22,20 @@ pub fn pod_resources_socket(device_plugins_dir: &Path) -> std::path::PathBuf {
 }
 
 /// Devices of one resource the kubelet allocated to one container of one pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PodDevices {
     pub pod_uid: String,
+    pub container: String,
+    pub resource: String,
+    pub devices: Vec<String>,
+}
+
+/// Devices of one resource assigned to one container of one pod, as the kubelet's pod-resources API lists them
+/// (by namespace and name; that API has no UIDs). `sriov-rdma-device-plugin --pod-resources` prints these.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedPodDevices {
+    pub namespace: String,
+    pub pod: String,
     pub container: String,
     pub resource: String,
     pub devices: Vec<String>,

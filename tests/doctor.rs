@@ -355,6 +355,18 @@ fn the_kubelet_registration_is_read_from_its_socket_and_checkpoint() {
     let r = json(&out);
     assert_eq!(r["resource"]["kubelet"]["vfs_registered"][&vf0], "nvidia.com/cx6_sriov_rdma");
     assert_eq!(r["resource"]["kubelet"]["allocations"][0]["devices"][0], vf0.as_str());
+    // Which pod holds the VF: the checkpoint's UID and container; no pod-resources socket, so no name, said why.
+    let h = &r["resource"]["kubelet_holders"];
+    assert_eq!((&h["vfs"][0]["vf"], &h["vfs"][0]["pod_uid"]), (&vf0.as_str().into(), &"pod-1".into()), "{h}");
+    assert_eq!(h["vfs"][0]["container"], "w");
+    assert!(h["vfs"][0]["pod"].is_null());
+    let sock = bed.dir.join("pod-resources/kubelet.sock");
+    assert!(h["names_error"].as_str().is_some_and(|e| e.contains(sock.to_str().unwrap())), "{h}");
+    let (_, text, _) = doctor_in(&bed, &kubelet, &["--interval", "0"], None);
+    assert!(
+        text.contains(&format!("VF {vf0} (nvidia.com/cx6_sriov_rdma) allocated by the kubelet to a pod (uid pod-1)")),
+        "{text}"
+    );
 }
 
 #[test]
