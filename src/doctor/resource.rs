@@ -308,14 +308,17 @@ fn locked(store: &Store, pci: &PciAddr) -> bool {
 
 /// ADD's VF selection, read-only: the VF must exist and be a VF, not be locked, not be held by a live record (an
 /// orphan's would be reclaimed first), and have its netdev in the host namespace (unless a userspace driver has
-/// it). `checked` says what was looked at.
+/// it). A VF the kubelet manages (`kubelet`, its checkpoint) ADD gives only to the pod it was allocated to:
+/// `pfName` passes over it, as for a pod with no allocation. `checked` says what was looked at.
 fn would_take(
     sysfs: &Sysfs,
     store: &Store,
     route: &mut Option<RouteSocket>,
+    kubelet: Option<&Checkpoint>,
     conf: &NetConf,
     checked: &mut Vec<String>,
 ) -> Result<PciAddr, CniError> {
+    let managed = |pci: &PciAddr| kubelet.and_then(|k| k.resource_of(pci).map(|r| (k, r.to_string())));
     let netdev_here = |route: &mut Option<RouteSocket>, n: &str| {
         route.as_mut().and_then(|r| r.link_by_name(n).ok().flatten()).is_some()
     };
@@ -327,6 +330,13 @@ fn would_take(
         Some(VfSource::Device(pci)) => {
             let vf = sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
             checked.push(format!("deviceID {pci} is VF {} of PF {}", vf.index, vf.pf));
+            if let Some((k, res)) = managed(pci) {
+                let pods: Vec<&str> = k.holders(pci).map(|a| a.pod_uid.as_str()).collect();
+                let to = if pods.is_empty() { "no pod".to_string() } else { format!("pod {}", pods.join(", ")) };
+                checked.push(format!(
+                    "the kubelet manages it as resource {res}, allocated to {to}: ADD takes it only for that pod"
+                ));
+            }
             if locked(store, pci) {
                 return Err(CniError::new(
                     Code::TryAgainLater,
@@ -371,6 +381,11 @@ fn would_take(
             checked.push(format!("pfName {pf} ({pf_pci}) has {} VFs", vfs.len()));
             let mut skipped = Vec::new();
             for (idx, pci) in &vfs {
+                if let Some((_, res)) = managed(pci) {
+                    skipped
+                        .push(format!("{idx} the kubelet's ({res}; ADD takes it only for the pod it allocated it to)"));
+                    continue;
+                }
                 if locked(store, pci) {
                     skipped.push(format!("{idx} locked"));
                     continue;
@@ -470,6 +485,7 @@ pub fn check_config(paths: &Paths, file: &Path, device: Option<&str>) -> Vec<Con
     let sysfs = paths.sysfs();
     let store = paths.store();
     let mut route = RouteSocket::new().ok();
+    let kubelet = Checkpoint::read(&paths.kubelet_dir.join(CHECKPOINT));
     let mut out = Vec::new();
     for (at, bytes) in confs {
         let mut c = ConfigCheck {
@@ -485,7 +501,9 @@ pub fn check_config(paths: &Paths, file: &Path, device: Option<&str>) -> Vec<Con
             c.network = Some(conf.name.clone());
             c.checked.push(format!("configuration valid (cniVersion {}, rdma {:?})", conf.version.as_str(), conf.rdma));
             let store = store.as_ref().map_err(Clone::clone)?;
-            would_take(&sysfs, store, &mut route, &conf, &mut c.checked)
+            // As ADD: a checkpoint that cannot be read fails it (code 5).
+            let kubelet = kubelet.as_ref().map_err(|e| CniError::io(e.clone()))?;
+            would_take(&sysfs, store, &mut route, kubelet.as_ref(), &conf, &mut c.checked)
         });
         match result {
             Ok(pci) => c.vf = Some(pci.to_string()),
@@ -574,7 +592,7 @@ pub fn report(
         }
     }
     let configs = match opts.config {
-        Some(f) => check_config(paths, f, opts.device),
+        Some(f) => check_config(&Paths { kubelet_dir: opts.kubelet_dir.clone(), ..paths.clone() }, f, opts.device),
         None => Vec::new(),
     };
     for c in &configs {
