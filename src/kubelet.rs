@@ -7,7 +7,8 @@
 //! Plain data and one file read; what ADD and doctor make of it is theirs.
 
 use crate::model::PciAddr;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -32,7 +33,7 @@ pub struct PodDevices {
 
 /// Devices of one resource assigned to one container of one pod, as the kubelet's pod-resources API lists them
 /// (by namespace and name; that API has no UIDs). `sriov-rdma-device-plugin --pod-resources` prints these.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NamedPodDevices {
     pub namespace: String,
     pub pod: String,
@@ -49,55 +50,46 @@ pub struct Checkpoint {
     pub registered: BTreeMap<String, Vec<String>>,
 }
 
-// The file as the kubelet marshals it (Go's encoding/json: a nil slice or map is `null`).
-#[derive(Deserialize)]
-struct File {
-    #[serde(rename = "Data")]
-    data: Data,
-    // A hash of Go's in-memory dump of Data, which only the kubelet can recompute; not checked.
-    #[serde(rename = "Checksum")]
-    _checksum: Option<u64>,
-}
+// The file as the kubelet marshals it (Go's encoding/json: a nil slice or map is `null`). Read through
+// serde_json's `Value`, which the binary already carries, rather than derived types: the CNI binary stays small.
+// `Checksum` is a hash of Go's in-memory dump of `Data`, which only the kubelet can recompute; not checked.
 
-#[derive(Deserialize)]
-struct Data {
-    #[serde(rename = "PodDeviceEntries")]
-    entries: Option<Vec<Entry>>,
-    #[serde(rename = "RegisteredDevices")]
-    registered: Option<BTreeMap<String, Option<Vec<String>>>>,
-}
-
-#[derive(Deserialize)]
-struct Entry {
-    #[serde(rename = "PodUID")]
-    pod_uid: String,
-    #[serde(rename = "ContainerName")]
-    container: String,
-    #[serde(rename = "ResourceName")]
-    resource: String,
-    #[serde(rename = "DeviceIDs")]
-    devices: Option<DeviceIds>,
-}
-
-/// A map NUMA node → IDs (kubelets since 1.20), or a plain list (the format before).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum DeviceIds {
-    PerNuma(BTreeMap<String, Option<Vec<String>>>),
-    List(Vec<String>),
-}
-
-impl DeviceIds {
-    fn flatten(self) -> Vec<String> {
-        let mut ids: Vec<String> = match self {
-            DeviceIds::PerNuma(m) => m.into_values().flatten().flatten().collect(),
-            DeviceIds::List(l) => l,
-        };
-        // A device with two NUMA nodes is listed under each.
-        ids.sort();
-        ids.dedup();
-        ids
+/// A list of strings; `null` is an empty one.
+fn strings(v: &Value, at: &str) -> Result<Vec<String>, String> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.as_str().map(str::to_string).ok_or_else(|| format!("{at}[{i}] is not a string")))
+            .collect(),
+        _ => Err(format!("{at} is not a list")),
     }
+}
+
+/// `DeviceIDs`: a map NUMA node → IDs (kubelets since 1.20), or a plain list (the format before). A device with
+/// two NUMA nodes is listed under each: it is one device.
+fn device_ids(v: &Value, at: &str) -> Result<Vec<String>, String> {
+    let mut ids = match v {
+        Value::Object(m) => {
+            let mut ids = Vec::new();
+            for (numa, l) in m {
+                ids.extend(strings(l, &format!("{at}[{numa}]"))?);
+            }
+            ids
+        }
+        other => strings(other, at)?,
+    };
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
+fn string(e: &Value, key: &str, at: &str) -> Result<String, String> {
+    e.get(key)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| format!("{at}.{key} is missing or not a string"))
 }
 
 /// Whether a device ID names this PCI address (device plugins use the address, in any case or short form).
@@ -108,23 +100,37 @@ fn names(id: &str, pci: &PciAddr) -> bool {
 impl Checkpoint {
     /// Decodes the checkpoint's JSON.
     pub fn parse(raw: &[u8]) -> Result<Checkpoint, String> {
-        let f: File = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
-        let registered = f.data.registered.unwrap_or_default();
-        Ok(Checkpoint {
-            registered: registered.into_iter().map(|(r, ids)| (r, ids.unwrap_or_default())).collect(),
-            allocations: f
-                .data
-                .entries
-                .unwrap_or_default()
-                .into_iter()
-                .map(|e| PodDevices {
-                    pod_uid: e.pod_uid,
-                    container: e.container,
-                    resource: e.resource,
-                    devices: e.devices.map(DeviceIds::flatten).unwrap_or_default(),
+        let v: Value = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+        let data = v.get("Data").filter(|d| d.is_object()).ok_or("no Data object")?;
+        let mut registered = BTreeMap::new();
+        match data.get("RegisteredDevices").unwrap_or(&Value::Null) {
+            Value::Null => {}
+            Value::Object(m) => {
+                for (r, ids) in m {
+                    registered.insert(r.clone(), strings(ids, &format!("Data.RegisteredDevices[{r}]"))?);
+                }
+            }
+            _ => return Err("Data.RegisteredDevices is not a map".into()),
+        }
+        let entries = match data.get("PodDeviceEntries").unwrap_or(&Value::Null) {
+            Value::Null => &[][..],
+            Value::Array(a) => a.as_slice(),
+            _ => return Err("Data.PodDeviceEntries is not a list".into()),
+        };
+        let allocations = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let at = format!("Data.PodDeviceEntries[{i}]");
+                Ok(PodDevices {
+                    pod_uid: string(e, "PodUID", &at)?,
+                    container: string(e, "ContainerName", &at)?,
+                    resource: string(e, "ResourceName", &at)?,
+                    devices: device_ids(e.get("DeviceIDs").unwrap_or(&Value::Null), &format!("{at}.DeviceIDs"))?,
                 })
-                .collect(),
-        })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Checkpoint { allocations, registered })
     }
 
     /// Reads the checkpoint at `path`: `None` when there is none (no kubelet, or none with a device plugin yet).
@@ -196,6 +202,10 @@ mod tests {
         for bad in [&b""[..], b"{", b"{}", b"[]", br#"{"Data":{"PodDeviceEntries":[{"PodUID":1}]}}"#] {
             assert!(Checkpoint::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
+        let e = Checkpoint::parse(br#"{"Data":{"RegisteredDevices":{"r":["a",1]}}}"#).unwrap_err();
+        assert_eq!(e, "Data.RegisteredDevices[r][1] is not a string");
+        let e = Checkpoint::parse(br#"{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c"}]}}"#);
+        assert_eq!(e.unwrap_err(), "Data.PodDeviceEntries[0].ResourceName is missing or not a string");
     }
 
     #[test]

@@ -248,13 +248,27 @@ fn pod_resources(socket: &Path) -> Result<Vec<NamedPodDevices>, String> {
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
     }
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        allocations: Vec<NamedPodDevices>,
-    }
-    let a: Answer = serde_json::from_slice(&out.stdout)
+    let v: Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("reading {} --pod-resources's answer: {e}", bin.display()))?;
-    Ok(a.allocations)
+    let s = |a: &Value, k: &str| a[k].as_str().unwrap_or_default().to_string();
+    Ok(v["allocations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| NamedPodDevices {
+            namespace: s(a, "namespace"),
+            pod: s(a, "pod"),
+            container: s(a, "container"),
+            resource: s(a, "resource"),
+            devices: a["devices"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+        })
+        .collect())
 }
 
 /// Which pod holds which VF of this node by the kubelet's account: the checkpoint's pod UID and container per
