@@ -11,5 +11,6 @@ pub mod flow;
 pub mod install;
 pub mod inventory;
 pub mod kernel;
+pub mod kubelet;
 pub mod model;
 pub mod policy;

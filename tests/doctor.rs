@@ -355,6 +355,41 @@ fn the_kubelet_registration_is_read_from_its_socket_and_checkpoint() {
     let r = json(&out);
     assert_eq!(r["resource"]["kubelet"]["vfs_registered"][&vf0], "nvidia.com/cx6_sriov_rdma");
     assert_eq!(r["resource"]["kubelet"]["allocations"][0]["devices"][0], vf0.as_str());
+    // Which pod holds the VF: the checkpoint's UID and container; no pod-resources socket, so no name, said why.
+    let h = &r["resource"]["kubelet_holders"];
+    assert_eq!((&h["vfs"][0]["vf"], &h["vfs"][0]["pod_uid"]), (&vf0.as_str().into(), &"pod-1".into()), "{h}");
+    assert_eq!(h["vfs"][0]["container"], "w");
+    assert!(h["vfs"][0]["pod"].is_null());
+    let sock = bed.dir.join("pod-resources/kubelet.sock");
+    assert!(h["names_error"].as_str().is_some_and(|e| e.contains(sock.to_str().unwrap())), "{h}");
+    let (_, text, _) = doctor_in(&bed, &kubelet, &["--interval", "0"], None);
+    assert!(
+        text.contains(&format!("VF {vf0} (nvidia.com/cx6_sriov_rdma) allocated by the kubelet to a pod (uid pod-1)")),
+        "{text}"
+    );
+
+    // --config as ADD sees it: by deviceID only for the pod the kubelet allocated the VF to; pfName passes over it.
+    let by_dev = bed.dir.join("dev.conf");
+    fs::write(&by_dev, conf_dev("1.0.0", &vf0, "")).unwrap();
+    let by_pf = bed.dir.join("pf.conf");
+    fs::write(&by_pf, format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"sriov-rdma","pfName":"{}"}}"#, bed.pf))
+        .unwrap();
+    let config = |f: &Path| {
+        let args = ["--json", "--interval", "0", "--config", f.to_str().unwrap()];
+        json(&doctor_in(&bed, &kubelet, &args, None).1)["resource"]["configs"][0].clone()
+    };
+    let checked =
+        |c: &Value, what: &str| c["checked"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains(what));
+    let c = config(&by_dev);
+    assert_eq!(c["vf"], vf0.as_str(), "{c}");
+    assert!(checked(&c, "the kubelet manages it as resource nvidia.com/cx6_sriov_rdma, allocated to pod pod-1"), "{c}");
+    let c = config(&by_pf);
+    assert!(c["vf"].is_null() && c["code"] == 5, "{c}");
+    assert!(checked(&c, "skipped VF 0 the kubelet's"), "{c}");
+    // A checkpoint ADD cannot read fails it, and doctor says so.
+    fs::write(kubelet.join("kubelet_internal_checkpoint"), "{").unwrap();
+    let c = config(&by_dev);
+    assert!(c["code"] == 5 && c["error"].as_str().unwrap().contains("not a device manager checkpoint"), "{c}");
 }
 
 #[test]

@@ -8,7 +8,14 @@ pub mod api {
     tonic::include_proto!("v1beta1");
 }
 
+/// The kubelet pod-resources API v1, List (proto/podresources.proto).
+#[allow(clippy::all, missing_docs)]
+pub mod podresources_api {
+    tonic::include_proto!("v1");
+}
+
 pub mod config;
 pub mod devices;
 pub mod numvfs;
+pub mod podresources;
 pub mod server;

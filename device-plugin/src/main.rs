@@ -4,24 +4,29 @@
 use sriov_rdma_cni::cni::config::LogLevel;
 use sriov_rdma_cni::inventory::Inventory;
 use sriov_rdma_cni::kernel::sysfs::Sysfs;
+use sriov_rdma_cni::kubelet::pod_resources_socket;
 use sriov_rdma_cni::{error, info};
 use sriov_rdma_device_plugin::config::Config;
 use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
+use sriov_rdma_device_plugin::podresources;
 use sriov_rdma_device_plugin::server::{self, Timing};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 const USAGE: &str = concat!(
     "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug]\n",
     "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR] [--poll-ms N]\n",
+    "       sriov-rdma device-plugin --pod-resources [--socket PATH]\n",
     "Offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin API v1beta1).\n",
     "Without --config: one resource from RDMA_RESOURCE_NAME (default rdma/hca) and RDMA_DEVICE_SPEC_STR (PF netdev\n",
     "or RDMA device names, comma-separated); RDMA_DEBUG=1 logs more. --dry-run prints what would be advertised.\n",
     "Paths (also SRIOV_RDMA_KUBELET_DIR, SRIOV_RDMA_SYSFS, SRIOV_RDMA_DEV_ROOT, SRIOV_RDMA_DEVINFO_DIR,\n",
     "SRIOV_RDMA_STATE_DIR): /var/lib/kubelet/device-plugins, /sys, /dev, /var/run/k8s.cni.cncf.io/devinfo/dp,\n",
-    "/var/lib/cni/sriov-rdma. See docs/device-plugin.md.\n",
+    "/var/lib/cni/sriov-rdma. --pod-resources prints which pod and container holds which device, as JSON, from\n",
+    "the kubelet's pod-resources API (--socket, default <kubelet dir>/../pod-resources/kubelet.sock).\n",
+    "See docs/device-plugin.md.\n",
 );
 
 /// Exit code of a bad command line or configuration.
@@ -31,6 +36,9 @@ struct Args {
     config: Option<PathBuf>,
     dry_run: bool,
     debug: bool,
+    pod_resources: bool,
+    /// `--socket` of `--pod-resources`.
+    socket: Option<PathBuf>,
     paths: Paths,
     poll: Duration,
 }
@@ -44,6 +52,8 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
         config: None,
         dry_run: false,
         debug: false,
+        pod_resources: false,
+        socket: None,
         paths: Paths {
             sysfs: env_path("SRIOV_RDMA_SYSFS", "/sys"),
             dev_root: env_path("SRIOV_RDMA_DEV_ROOT", "/dev"),
@@ -61,6 +71,8 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             "--config" => a.config = Some(value()?.into()),
             "--dry-run" => a.dry_run = true,
             "--debug" => a.debug = true,
+            "--pod-resources" => a.pod_resources = true,
+            "--socket" => a.socket = Some(value()?.into()),
             "--kubelet-dir" => a.paths.kubelet_dir = value()?.into(),
             "--sysfs" => a.paths.sysfs = value()?.into(),
             "--dev-root" => a.paths.dev_root = value()?.into(),
@@ -78,6 +90,9 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if a.socket.is_some() && !a.pod_resources {
+        return Err("--socket goes with --pod-resources".into());
+    }
     Ok(Some(a))
 }
 
@@ -94,6 +109,10 @@ fn main() {
             std::process::exit(EXIT_CONFIG);
         }
     };
+    if args.pod_resources {
+        let socket = args.socket.clone().unwrap_or_else(|| pod_resources_socket(&args.paths.kubelet_dir));
+        std::process::exit(pod_resources(&socket));
+    }
     let text = match &args.config {
         Some(p) => match std::fs::read_to_string(p) {
             Ok(t) => Some((p.display().to_string(), t)),
@@ -137,6 +156,27 @@ fn main() {
     };
     let timing = Timing { poll: args.poll, ..Timing::default() };
     std::process::exit(rt.block_on(run(config, args.paths, timing)));
+}
+
+/// `--pod-resources`: the kubelet's List answer as JSON on stdout; exit 1 with the reason when it cannot be had.
+fn pod_resources(socket: &Path) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sriov-rdma device-plugin: starting the runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(podresources::list(socket)) {
+        Ok(rows) => {
+            println!("{}", podresources::to_json(socket, &rows));
+            0
+        }
+        Err(e) => {
+            eprintln!("sriov-rdma device-plugin: asking the kubelet's pod-resources API: {e}");
+            1
+        }
+    }
 }
 
 fn dry_run(config: &Config, paths: &Paths, sysfs: &Sysfs, outcomes: &[numvfs::Outcome]) -> i32 {

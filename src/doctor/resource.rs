@@ -12,6 +12,7 @@ use crate::flow::orphans::is_orphan;
 use crate::flow::state::Store;
 use crate::kernel::link::RouteSocket;
 use crate::kernel::sysfs::Sysfs;
+use crate::kubelet::{Checkpoint, NamedPodDevices};
 use crate::model::PciAddr;
 use serde::Serialize;
 use serde_json::Value;
@@ -21,8 +22,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Where the kubelet keeps device-plugin sockets and its checkpoint.
-pub const KUBELET_DIR: &str = "/var/lib/kubelet/device-plugins";
-pub const CHECKPOINT: &str = "kubelet_internal_checkpoint";
+pub const KUBELET_DIR: &str = crate::kubelet::DEVICE_PLUGINS_DIR;
+pub use crate::kubelet::CHECKPOINT;
 
 /// One device as the node's device plugin advertises it to the kubelet.
 #[derive(Debug, Clone, Serialize)]
@@ -46,6 +47,13 @@ pub trait Advertised {
     fn resources(&self) -> Result<Vec<AdvertisedResource>, String>;
 }
 
+/// The device plugin's binary: the one next to this one, else `sriov-rdma-device-plugin` on PATH.
+fn device_plugin_bin() -> PathBuf {
+    const BIN: &str = "sriov-rdma-device-plugin";
+    let here = std::env::current_exe().ok().map(|e| e.with_file_name(BIN)).filter(|p| p.is_file());
+    here.unwrap_or_else(|| PathBuf::from(BIN))
+}
+
 /// The device plugin's view as the daemon itself computes it: `sriov-rdma-device-plugin --dry-run --config FILE`
 /// (the binary next to this one, else on PATH), which selects, checks health and explains exactly as the running
 /// daemon does, so doctor cannot drift from it.
@@ -56,9 +64,7 @@ pub struct DryRun {
 
 impl Advertised for DryRun {
     fn resources(&self) -> Result<Vec<AdvertisedResource>, String> {
-        const BIN: &str = "sriov-rdma-device-plugin";
-        let here = std::env::current_exe().ok().map(|e| e.with_file_name(BIN)).filter(|p| p.is_file());
-        let bin = here.unwrap_or_else(|| PathBuf::from(BIN));
+        let bin = device_plugin_bin();
         let out = std::process::Command::new(&bin)
             .arg("--dry-run")
             .arg("--config")
@@ -114,6 +120,8 @@ pub struct ResourceReport {
     pub advertised: Option<Vec<AdvertisedResource>>,
     /// Which pod (container, interface, network, netns) holds which VF, from the attachment records.
     pub holders: Vec<Holder>,
+    /// Which pod the kubelet allocated which VF of this node to: its checkpoint, named by its pod-resources API.
+    pub kubelet_holders: KubeletHolders,
     /// `--config FILE`: what ADD would do with each sriov-rdma configuration in it.
     pub configs: Vec<ConfigCheck>,
 }
@@ -136,13 +144,8 @@ pub struct KubeletView {
     pub checkpoint_error: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-pub struct Allocation {
-    pub pod_uid: String,
-    pub container: String,
-    pub resource: String,
-    pub devices: Vec<String>,
-}
+/// Devices the kubelet allocated to a container of a pod, as its checkpoint says.
+pub use crate::kubelet::PodDevices as Allocation;
 
 #[derive(Debug, Serialize)]
 pub struct Holder {
@@ -172,15 +175,6 @@ pub struct ConfigCheck {
     pub code: Option<u32>,
 }
 
-/// The device IDs of a checkpoint entry: a list (older kubelets) or a map NUMA node → list.
-fn ids(v: &Value) -> Vec<String> {
-    match v {
-        Value::Array(a) => a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect(),
-        Value::Object(m) => m.values().flat_map(ids).collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// Reads the kubelet's device-plugin directory: sockets, registered resources, allocations.
 pub fn kubelet_view(dir: &Path, node_vfs: &[PciAddr]) -> KubeletView {
     let mut v = KubeletView { dir: dir.display().to_string(), ..Default::default() };
@@ -196,40 +190,126 @@ pub fn kubelet_view(dir: &Path, node_vfs: &[PciAddr]) -> KubeletView {
         }
     }
     v.plugin_sockets.sort();
-    let raw = match fs::read(dir.join(CHECKPOINT)) {
-        Ok(r) => r,
+    let file = dir.join(CHECKPOINT);
+    let cp = match Checkpoint::read(&file) {
+        Ok(Some(cp)) => cp,
+        Ok(None) => {
+            v.checkpoint_error = Some(format!("no {}", file.display()));
+            return v;
+        }
         Err(e) => {
-            v.checkpoint_error = Some(format!("reading {}: {e}", dir.join(CHECKPOINT).display()));
+            v.checkpoint_error = Some(e);
             return v;
         }
     };
-    let cp: Value = match serde_json::from_slice(&raw) {
-        Ok(c) => c,
-        Err(e) => {
-            v.checkpoint_error = Some(format!("{}: not JSON: {e}", dir.join(CHECKPOINT).display()));
-            return v;
-        }
-    };
-    let data = &cp["Data"];
-    if let Some(reg) = data["RegisteredDevices"].as_object() {
-        for (res, devs) in reg {
-            v.registered.insert(res.clone(), ids(devs));
-        }
-    }
-    for e in data["PodDeviceEntries"].as_array().into_iter().flatten() {
-        v.allocations.push(Allocation {
-            pod_uid: e["PodUID"].as_str().unwrap_or_default().to_string(),
-            container: e["ContainerName"].as_str().unwrap_or_default().to_string(),
-            resource: e["ResourceName"].as_str().unwrap_or_default().to_string(),
-            devices: ids(&e["DeviceIDs"]),
-        });
-    }
+    v.registered = cp.registered;
+    v.allocations = cp.allocations;
     for vf in node_vfs {
         if let Some((res, _)) = v.registered.iter().find(|(_, d)| d.iter().any(|id| id == vf.as_str())) {
             v.vfs_registered.insert(vf.to_string(), res.clone());
         }
     }
     v
+}
+
+/// A VF of this node the kubelet allocated to a pod's container.
+#[derive(Debug, Serialize)]
+pub struct KubeletHolder {
+    pub vf: String,
+    pub resource: String,
+    /// From the checkpoint; `None` for a VF only the pod-resources API lists.
+    pub pod_uid: Option<String>,
+    pub container: String,
+    /// `namespace/name`, from the pod-resources API; `None` when it did not answer.
+    pub pod: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct KubeletHolders {
+    /// The kubelet's pod-resources socket.
+    pub socket: String,
+    /// Why the pods' names are not known (then only their UIDs are).
+    pub names_error: Option<String>,
+    pub vfs: Vec<KubeletHolder>,
+}
+
+/// The pod-resources API's answer, from `sriov-rdma-device-plugin --pod-resources` (the async half lives there).
+fn pod_resources(socket: &Path) -> Result<Vec<NamedPodDevices>, String> {
+    if !socket.exists() {
+        return Err(format!("no {} (the kubelet's pod-resources API)", socket.display()));
+    }
+    let bin = device_plugin_bin();
+    let out = std::process::Command::new(&bin)
+        .arg("--pod-resources")
+        .arg("--socket")
+        .arg(socket)
+        .output()
+        .map_err(|e| format!("running {} --pod-resources: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("reading {} --pod-resources's answer: {e}", bin.display()))?;
+    let s = |a: &Value, k: &str| a[k].as_str().unwrap_or_default().to_string();
+    Ok(v["allocations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| NamedPodDevices {
+            namespace: s(a, "namespace"),
+            pod: s(a, "pod"),
+            container: s(a, "container"),
+            resource: s(a, "resource"),
+            devices: a["devices"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+        })
+        .collect())
+}
+
+/// Which pod holds which VF of this node by the kubelet's account: the checkpoint's pod UID and container per
+/// resource and VF, and the pod's namespace and name from the pod-resources API where it is reachable.
+pub fn kubelet_holders(kubelet: &KubeletView, node_vfs: &[PciAddr], socket: &Path) -> KubeletHolders {
+    let vf_of = |id: &str| PciAddr::parse(id).ok().filter(|p| node_vfs.contains(p));
+    let mut out = KubeletHolders { socket: socket.display().to_string(), ..Default::default() };
+    for a in &kubelet.allocations {
+        for vf in a.devices.iter().filter_map(|id| vf_of(id)) {
+            out.vfs.push(KubeletHolder {
+                vf: vf.to_string(),
+                resource: a.resource.clone(),
+                pod_uid: Some(a.pod_uid.clone()),
+                container: a.container.clone(),
+                pod: None,
+            });
+        }
+    }
+    match pod_resources(socket) {
+        Err(e) => out.names_error = Some(e),
+        Ok(rows) => {
+            for r in rows {
+                for vf in r.devices.iter().filter_map(|id| vf_of(id)) {
+                    let pod = Some(format!("{}/{}", r.namespace, r.pod));
+                    let known = out.vfs.iter_mut().find(|h| h.vf == vf.as_str() && h.resource == r.resource);
+                    match known {
+                        Some(h) => h.pod = pod,
+                        None => out.vfs.push(KubeletHolder {
+                            vf: vf.to_string(),
+                            resource: r.resource.clone(),
+                            pod_uid: None,
+                            container: r.container.clone(),
+                            pod,
+                        }),
+                    }
+                }
+            }
+        }
+    }
+    out.vfs.sort_by(|a, b| (&a.resource, &a.vf).cmp(&(&b.resource, &b.vf)));
+    out
 }
 
 /// Whether another process holds the VF's lock, from /proc/locks: looking takes no lock and creates no file.
@@ -242,14 +322,17 @@ fn locked(store: &Store, pci: &PciAddr) -> bool {
 
 /// ADD's VF selection, read-only: the VF must exist and be a VF, not be locked, not be held by a live record (an
 /// orphan's would be reclaimed first), and have its netdev in the host namespace (unless a userspace driver has
-/// it). `checked` says what was looked at.
+/// it). A VF the kubelet manages (`kubelet`, its checkpoint) ADD gives only to the pod it was allocated to:
+/// `pfName` passes over it, as for a pod with no allocation. `checked` says what was looked at.
 fn would_take(
     sysfs: &Sysfs,
     store: &Store,
     route: &mut Option<RouteSocket>,
+    kubelet: Option<&Checkpoint>,
     conf: &NetConf,
     checked: &mut Vec<String>,
 ) -> Result<PciAddr, CniError> {
+    let managed = |pci: &PciAddr| kubelet.and_then(|k| k.resource_of(pci).map(|r| (k, r.to_string())));
     let netdev_here = |route: &mut Option<RouteSocket>, n: &str| {
         route.as_mut().and_then(|r| r.link_by_name(n).ok().flatten()).is_some()
     };
@@ -261,6 +344,13 @@ fn would_take(
         Some(VfSource::Device(pci)) => {
             let vf = sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
             checked.push(format!("deviceID {pci} is VF {} of PF {}", vf.index, vf.pf));
+            if let Some((k, res)) = managed(pci) {
+                let pods: Vec<&str> = k.holders(pci).map(|a| a.pod_uid.as_str()).collect();
+                let to = if pods.is_empty() { "no pod".to_string() } else { format!("pod {}", pods.join(", ")) };
+                checked.push(format!(
+                    "the kubelet manages it as resource {res}, allocated to {to}: ADD takes it only for that pod"
+                ));
+            }
             if locked(store, pci) {
                 return Err(CniError::new(
                     Code::TryAgainLater,
@@ -305,6 +395,11 @@ fn would_take(
             checked.push(format!("pfName {pf} ({pf_pci}) has {} VFs", vfs.len()));
             let mut skipped = Vec::new();
             for (idx, pci) in &vfs {
+                if let Some((_, res)) = managed(pci) {
+                    skipped
+                        .push(format!("{idx} the kubelet's ({res}; ADD takes it only for the pod it allocated it to)"));
+                    continue;
+                }
                 if locked(store, pci) {
                     skipped.push(format!("{idx} locked"));
                     continue;
@@ -404,6 +499,7 @@ pub fn check_config(paths: &Paths, file: &Path, device: Option<&str>) -> Vec<Con
     let sysfs = paths.sysfs();
     let store = paths.store();
     let mut route = RouteSocket::new().ok();
+    let kubelet = Checkpoint::read(&paths.kubelet_dir.join(CHECKPOINT));
     let mut out = Vec::new();
     for (at, bytes) in confs {
         let mut c = ConfigCheck {
@@ -419,7 +515,9 @@ pub fn check_config(paths: &Paths, file: &Path, device: Option<&str>) -> Vec<Con
             c.network = Some(conf.name.clone());
             c.checked.push(format!("configuration valid (cniVersion {}, rdma {:?})", conf.version.as_str(), conf.rdma));
             let store = store.as_ref().map_err(Clone::clone)?;
-            would_take(&sysfs, store, &mut route, &conf, &mut c.checked)
+            // As ADD: a checkpoint that cannot be read fails it (code 5).
+            let kubelet = kubelet.as_ref().map_err(|e| CniError::io(e.clone()))?;
+            would_take(&sysfs, store, &mut route, kubelet.as_ref(), &conf, &mut c.checked)
         });
         match result {
             Ok(pci) => c.vf = Some(pci.to_string()),
@@ -508,7 +606,7 @@ pub fn report(
         }
     }
     let configs = match opts.config {
-        Some(f) => check_config(paths, f, opts.device),
+        Some(f) => check_config(&Paths { kubelet_dir: opts.kubelet_dir.clone(), ..paths.clone() }, f, opts.device),
         None => Vec::new(),
     };
     for c in &configs {
@@ -516,7 +614,9 @@ pub fn report(
             blockers.push(format!("{} {}: ADD would fail (code {}): {e}", c.file, c.at, c.code.unwrap_or(0)));
         }
     }
-    ResourceReport { kubelet, advertised, holders: holders(&paths.sysfs(), records), configs }
+    let socket = crate::kubelet::pod_resources_socket(&opts.kubelet_dir);
+    let kubelet_holders = kubelet_holders(&kubelet, node_vfs, &socket);
+    ResourceReport { kubelet, advertised, holders: holders(&paths.sysfs(), records), kubelet_holders, configs }
 }
 
 /// The human section.
@@ -553,6 +653,19 @@ pub fn render(r: &ResourceReport, o: &mut String) {
                 let _ = writeln!(o, "  advertised {}: {} devices, {bad} unhealthy", a.name, a.devices.len());
             }
         }
+    }
+    let kh = &r.kubelet_holders;
+    for h in &kh.vfs {
+        let uid = h.pod_uid.as_deref().map(|u| format!(" (uid {u})")).unwrap_or_default();
+        let pod = h.pod.as_deref().unwrap_or("a pod");
+        let _ = writeln!(
+            o,
+            "  VF {} ({}) allocated by the kubelet to {pod}{uid} container {}",
+            h.vf, h.resource, h.container
+        );
+    }
+    if let (false, Some(e)) = (kh.vfs.is_empty(), &kh.names_error) {
+        let _ = writeln!(o, "    pod names unknown: {e}");
     }
     for h in &r.holders {
         let _ = writeln!(

@@ -5,6 +5,7 @@
 //! PF settings → admin MAC → IB GUID → RDMA device into the pod → IPAM alongside the netdev's move into the pod
 //! (moved and renamed in one message, MTU, up) → addresses and routes → RoCE GIDs → device-info file.
 
+use super::admit::KubeletClaims;
 use super::attachment::{Attachment, GidIndex, RdmaRecord, Step};
 use super::context::{not_usable, Host, Paths, Pod};
 use super::ipam::{self, Target};
@@ -35,8 +36,9 @@ fn held_err(a: &Attachment) -> CniError {
     ))
 }
 
-/// Picks and locks the VF: the given address, or the lowest-numbered free VF of `pfName`.
-fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
+/// Picks and locks the VF: the given address, or the lowest-numbered free VF of `pfName` that the kubelet does not
+/// manage for another pod.
+fn select_vf(host: &mut Host, conf: &NetConf, kubelet: &KubeletClaims) -> CniResult<(Vf, VfLock)> {
     match &conf.source {
         None => {
             Err(CniError::config("no VF given: set deviceID (or runtimeConfig.deviceID, CNI_ARGS deviceID) or pfName"))
@@ -58,7 +60,8 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
         Some(VfSource::Pf(pf)) => {
             let pf_pci = host.sysfs.pf_pci(pf).map_err(|e| not_usable(format!("pfName {pf}"), e))?;
             let vfs = host.sysfs.vfs_of(&pf_pci).ctx(|| format!("listing the VFs of pfName {pf}"))?;
-            for (_, pci) in &vfs {
+            let withheld = vfs.iter().filter(|(_, pci)| kubelet.withheld(pci)).count();
+            for (_, pci) in vfs.iter().filter(|(_, pci)| !kubelet.withheld(pci)) {
                 let Some(lock) = host.store.try_lock(pci)? else {
                     continue;
                 };
@@ -92,8 +95,14 @@ fn select_vf(host: &mut Host, conf: &NetConf) -> CniResult<(Vf, VfLock)> {
                 }
             }
             Err(CniError::io(format!(
-                "pfName {pf}: no free VF among its {} VFs (all attached, locked, or without a netdev in the host namespace)",
-                vfs.len()
+                "pfName {pf}: no free VF among its {} VFs (all attached, locked, or without a netdev in the host \
+                 namespace{})",
+                vfs.len(),
+                if withheld > 0 {
+                    format!("; {withheld} the kubelet manages and did not allocate to this pod")
+                } else {
+                    String::new()
+                }
             )))
         }
     }
@@ -105,7 +114,8 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
     if let Some(a) = host.store.find(&conf.name, &env.container_id, &env.ifname)? {
         return Err(attached_err(&a));
     }
-    let (vf, _lock) = select_vf(&mut host, conf)?;
+    let kubelet = KubeletClaims::load(paths, env)?;
+    let (vf, _lock) = select_vf(&mut host, conf, &kubelet)?;
     let pf = host.pf(&vf.pf).map_err(|e| e.context(format!("VF {}", vf.pci)))?;
     let vf_original =
         NetlinkPf(&mut host.route).vf_state(&pf, vf.index).ctx(|| format!("reading the VF table of PF {}", pf.name))?;

@@ -1,14 +1,17 @@
 //! What the node lets a configuration do, decided before anything changes. A NetworkAttachmentDefinition is
 //! tenant input: its `logFile` and `runtimeConfig.CNIDeviceInfoFile` stay inside the node's directories and never
-//! pass through a symbolic link, and its `deviceID`/`pfName` and `vlan` must be within the node policy.
+//! pass through a symbolic link, its `deviceID`/`pfName` and `vlan` must be within the node policy, and a VF the
+//! kubelet manages is this pod's only if the kubelet allocated it to this pod (docs/security.md).
 
 use super::context::{not_usable, Paths};
 use crate::cni::config::{NetConf, VfSource};
 use crate::cni::env::{CniEnv, Command};
 use crate::cni::error::{CniError, CniResult, Code};
 use crate::kernel::confined::{is_symlink_refusal, Confined};
+use crate::kubelet::{Checkpoint, CHECKPOINT};
+use crate::model::PciAddr;
 use crate::policy::{Policy, Request};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `path` (the value of `key`) inside the node's directory `base`, with no symbolic link on the way now.
 fn confine(key: &str, base: &Path, path: &Path) -> CniResult<Confined> {
@@ -50,10 +53,63 @@ pub fn init_log(paths: &Paths, conf: &NetConf, command: Command) -> CniResult<()
     Ok(())
 }
 
-/// ADD's checks: the device-info file's place and the node policy.
+/// Which VFs the kubelet gave this pod: its checkpoint (none on a node without a kubelet or device plugin) and
+/// the pod's UID from CNI_ARGS (`K8S_POD_UID`, set by the container runtime, not by the configuration).
+pub struct KubeletClaims {
+    file: PathBuf,
+    checkpoint: Option<Checkpoint>,
+    pod_uid: Option<String>,
+}
+
+impl KubeletClaims {
+    /// Reads the checkpoint. One that cannot be read or decoded fails ADD (fail closed, code 5): the kubelet
+    /// replaces it by a rename, so a half-written file is never seen, and guessing would hand out VFs it manages.
+    pub fn load(paths: &Paths, env: &CniEnv) -> CniResult<KubeletClaims> {
+        let file = paths.kubelet_dir.join(CHECKPOINT);
+        let checkpoint = Checkpoint::read(&file).map_err(|e| {
+            CniError::io(format!(
+                "{e}; nothing changed: without it this node cannot tell which pod the kubelet gave which VF \
+                 ({} names the kubelet's device-plugin directory)",
+                Paths::KUBELET_VAR
+            ))
+        })?;
+        let pod_uid = env.args.get("K8S_POD_UID").filter(|u| !u.is_empty()).cloned();
+        Ok(KubeletClaims { file, checkpoint, pod_uid })
+    }
+
+    /// `deviceID`: refused (code 7) when the kubelet manages the VF and did not allocate it to this pod.
+    pub fn admit(&self, pci: &PciAddr) -> CniResult<()> {
+        let Some(cp) = &self.checkpoint else { return Ok(()) };
+        let Some(resource) = cp.resource_of(pci) else { return Ok(()) };
+        let this_pod = match &self.pod_uid {
+            Some(uid) if cp.allocated_to(uid, pci) => return Ok(()),
+            Some(uid) => format!("this pod (K8S_POD_UID {uid})"),
+            None => "this pod (CNI_ARGS carries no K8S_POD_UID)".to_string(),
+        };
+        let to_whom = if cp.holders(pci).next().is_some() { "to another pod" } else { "to no pod" };
+        Err(CniError::config(format!(
+            "deviceID {pci}: the kubelet manages this VF as resource {resource} and allocated it {to_whom}, not to \
+             {this_pod}; request {resource} in the pod's resources (resources.limits) and let Multus pass the VF the \
+             kubelet allocates; nothing changed (kubelet checkpoint {})",
+            self.file.display()
+        )))
+    }
+
+    /// `pfName`: whether ADD must pass over this VF, one the kubelet manages and did not allocate to this pod.
+    pub fn withheld(&self, pci: &PciAddr) -> bool {
+        self.checkpoint.as_ref().is_some_and(|cp| {
+            cp.resource_of(pci).is_some() && !self.pod_uid.as_ref().is_some_and(|uid| cp.allocated_to(uid, pci))
+        })
+    }
+}
+
+/// ADD's checks: the device-info file's place, the kubelet's allocation of a `deviceID`, and the node policy.
 pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     if let Some(p) = &conf.device_info_file {
         confine("runtimeConfig.CNIDeviceInfoFile", &paths.devinfo_dir, p)?;
+    }
+    if let Some(VfSource::Device(pci)) = &conf.source {
+        KubeletClaims::load(paths, env)?.admit(pci)?;
     }
     let Some(policy) = Policy::load(&paths.policy)? else { return Ok(()) };
     let sysfs = paths.sysfs();

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Where this invocation finds sysfs and keeps its records, and the node's own places a configuration cannot
-/// move: the directory device-info files go in, the directory log files go in, the node policy. The defaults are
+/// move: the directory device-info files go in, the directory log files go in, the node policy, the kubelet's
+/// device-plugin directory (its checkpoint says which pod the kubelet gave which VF). The defaults are
 /// the node's; the variables exist for the tests, the benchmark and the host demo, which point the plugin at a
 /// fixture tree and a scratch store (and for a node that keeps these elsewhere).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,7 @@ pub struct Paths {
     pub devinfo_dir: PathBuf,
     pub log_dir: PathBuf,
     pub policy: PathBuf,
+    pub kubelet_dir: PathBuf,
 }
 
 impl Paths {
@@ -32,6 +34,8 @@ impl Paths {
     pub const DEVINFO_VAR: &'static str = "SRIOV_RDMA_DEVINFO_DIR";
     pub const LOG_VAR: &'static str = "SRIOV_RDMA_LOG_DIR";
     pub const POLICY_VAR: &'static str = "SRIOV_RDMA_POLICY";
+    /// The same variable, and meaning, as the device plugin's.
+    pub const KUBELET_VAR: &'static str = "SRIOV_RDMA_KUBELET_DIR";
     /// The NPWG device-info directory (Multus reads the files there).
     pub const DEVINFO_DIR: &'static str = "/var/run/k8s.cni.cncf.io/devinfo";
     pub const LOG_DIR: &'static str = "/var/log/sriov-rdma";
@@ -45,6 +49,7 @@ impl Paths {
             devinfo_dir: var(Self::DEVINFO_VAR).unwrap_or_else(|| Self::DEVINFO_DIR.into()),
             log_dir: var(Self::LOG_VAR).unwrap_or_else(|| Self::LOG_DIR.into()),
             policy: var(Self::POLICY_VAR).unwrap_or_else(|| crate::policy::DEFAULT_PATH.into()),
+            kubelet_dir: var(Self::KUBELET_VAR).unwrap_or_else(|| crate::kubelet::DEVICE_PLUGINS_DIR.into()),
         }
     }
 

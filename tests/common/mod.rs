@@ -250,8 +250,8 @@ pub fn run_plugin_with(
 }
 
 /// The plugin binary with a runtime's environment and piped stdio, not yet started. The node's device-info and
-/// log directories are the test's own (the directory holding the state dir), and there is no node policy unless
-/// `env` says otherwise: a test never writes into, nor depends on, the machine's.
+/// log directories are the test's own (the directory holding the state dir), and there is no node policy and no
+/// kubelet unless `env` says otherwise: a test never writes into, nor depends on, the machine's.
 pub fn plugin_command(sysfs: &Path, state: &Path, env: &HashMap<String, String>) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sriov-rdma"));
     let own = state.parent().unwrap_or(state);
@@ -262,6 +262,7 @@ pub fn plugin_command(sysfs: &Path, state: &Path, env: &HashMap<String, String>)
         .env("SRIOV_RDMA_DEVINFO_DIR", own)
         .env("SRIOV_RDMA_LOG_DIR", own)
         .env("SRIOV_RDMA_POLICY", own.join("no-node-policy.json"))
+        .env("SRIOV_RDMA_KUBELET_DIR", own.join("no-kubelet"))
         .envs(env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -1,0 +1,227 @@
+//! What the kubelet records about devices: its device manager checkpoint
+//! (`<device-plugins dir>/kubelet_internal_checkpoint`), which lists per resource the devices its device plugins
+//! registered and, per pod and container, the devices it allocated. The kubelet writes it when it allocates (before
+//! the pod's sandbox exists, so before CNI ADD) and when a plugin's device list changes, through a temporary file
+//! and a rename: a reader sees the whole old file or the whole new one.
+//!
+//! Plain data and one file read; what ADD and doctor make of it is theirs.
+
+use crate::model::PciAddr;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The kubelet's device-plugin directory: plugin sockets, its registration socket and the checkpoint.
+pub const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// The checkpoint's file name in that directory.
+pub const CHECKPOINT: &str = "kubelet_internal_checkpoint";
+
+/// The kubelet's pod-resources socket for a device-plugin directory: `<kubelet root>/pod-resources/kubelet.sock`.
+pub fn pod_resources_socket(device_plugins_dir: &Path) -> std::path::PathBuf {
+    device_plugins_dir.parent().unwrap_or(Path::new("/")).join("pod-resources/kubelet.sock")
+}
+
+/// Devices of one resource the kubelet allocated to one container of one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodDevices {
+    pub pod_uid: String,
+    pub container: String,
+    pub resource: String,
+    pub devices: Vec<String>,
+}
+
+/// Devices of one resource assigned to one container of one pod, as the kubelet's pod-resources API lists them
+/// (by namespace and name; that API has no UIDs). `sriov-rdma-device-plugin --pod-resources` prints these.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedPodDevices {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub resource: String,
+    pub devices: Vec<String>,
+}
+
+/// The checkpoint's content.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub allocations: Vec<PodDevices>,
+    /// Resource name → the device IDs registered for it (the healthy ones, as the kubelet writes it).
+    pub registered: BTreeMap<String, Vec<String>>,
+}
+
+// The file as the kubelet marshals it (Go's encoding/json: a nil slice or map is `null`). Read through
+// serde_json's `Value`, which the binary already carries, rather than derived types: the CNI binary stays small.
+// `Checksum` is a hash of Go's in-memory dump of `Data`, which only the kubelet can recompute; not checked.
+
+/// A list of strings; `null` is an empty one.
+fn strings(v: &Value, at: &str) -> Result<Vec<String>, String> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.as_str().map(str::to_string).ok_or_else(|| format!("{at}[{i}] is not a string")))
+            .collect(),
+        _ => Err(format!("{at} is not a list")),
+    }
+}
+
+/// `DeviceIDs`: a map NUMA node → IDs (kubelets since 1.20), or a plain list (the format before). A device with
+/// two NUMA nodes is listed under each: it is one device.
+fn device_ids(v: &Value, at: &str) -> Result<Vec<String>, String> {
+    let mut ids = match v {
+        Value::Object(m) => {
+            let mut ids = Vec::new();
+            for (numa, l) in m {
+                ids.extend(strings(l, &format!("{at}[{numa}]"))?);
+            }
+            ids
+        }
+        other => strings(other, at)?,
+    };
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
+fn string(e: &Value, key: &str, at: &str) -> Result<String, String> {
+    e.get(key)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| format!("{at}.{key} is missing or not a string"))
+}
+
+/// Whether a device ID names this PCI address (device plugins use the address, in any case or short form).
+fn names(id: &str, pci: &PciAddr) -> bool {
+    PciAddr::parse(id).is_ok_and(|p| p == *pci)
+}
+
+impl Checkpoint {
+    /// Decodes the checkpoint's JSON.
+    pub fn parse(raw: &[u8]) -> Result<Checkpoint, String> {
+        let v: Value = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+        let data = v.get("Data").filter(|d| d.is_object()).ok_or("no Data object")?;
+        let mut registered = BTreeMap::new();
+        match data.get("RegisteredDevices").unwrap_or(&Value::Null) {
+            Value::Null => {}
+            Value::Object(m) => {
+                for (r, ids) in m {
+                    registered.insert(r.clone(), strings(ids, &format!("Data.RegisteredDevices[{r}]"))?);
+                }
+            }
+            _ => return Err("Data.RegisteredDevices is not a map".into()),
+        }
+        let entries = match data.get("PodDeviceEntries").unwrap_or(&Value::Null) {
+            Value::Null => &[][..],
+            Value::Array(a) => a.as_slice(),
+            _ => return Err("Data.PodDeviceEntries is not a list".into()),
+        };
+        let allocations = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let at = format!("Data.PodDeviceEntries[{i}]");
+                Ok(PodDevices {
+                    pod_uid: string(e, "PodUID", &at)?,
+                    container: string(e, "ContainerName", &at)?,
+                    resource: string(e, "ResourceName", &at)?,
+                    devices: device_ids(e.get("DeviceIDs").unwrap_or(&Value::Null), &format!("{at}.DeviceIDs"))?,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Checkpoint { allocations, registered })
+    }
+
+    /// Reads the checkpoint at `path`: `None` when there is none (no kubelet, or none with a device plugin yet).
+    pub fn read(path: &Path) -> Result<Option<Checkpoint>, String> {
+        let raw = match std::fs::read(path) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("reading the kubelet's checkpoint {}: {e}", path.display())),
+        };
+        Checkpoint::parse(&raw)
+            .map(Some)
+            .map_err(|e| format!("the kubelet's checkpoint {} is not a device manager checkpoint: {e}", path.display()))
+    }
+
+    /// The resource under which the kubelet manages `pci`: one that registered it, else one it was allocated from
+    /// (an allocated device that turned unhealthy leaves the registered list but not its pod).
+    pub fn resource_of<'a>(&'a self, pci: &PciAddr) -> Option<&'a str> {
+        let registered = self.registered.iter().find(|(_, ids)| ids.iter().any(|id| names(id, pci)));
+        registered.map(|(r, _)| r.as_str()).or_else(|| self.holders(pci).next().map(|a| a.resource.as_str()))
+    }
+
+    /// The allocations that hold `pci`.
+    pub fn holders<'a>(&'a self, pci: &PciAddr) -> impl Iterator<Item = &'a PodDevices> + 'a {
+        let pci = pci.clone();
+        self.allocations.iter().filter(move |a| a.devices.iter().any(|id| names(id, &pci)))
+    }
+
+    /// Whether the kubelet allocated `pci` to a container of the pod `pod_uid`.
+    pub fn allocated_to(&self, pod_uid: &str, pci: &PciAddr) -> bool {
+        self.holders(pci).any(|a| a.pod_uid == pod_uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pci(s: &str) -> PciAddr {
+        PciAddr::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_kubelet_checkpoint_is_read_with_its_registrations_and_allocations() {
+        let cp = Checkpoint::parse(
+            br#"{"Data":{"PodDeviceEntries":[
+              {"PodUID":"u1","ContainerName":"w","ResourceName":"rdma/hca","DeviceIDs":{"0":["0000:3B:02.1"],"1":["0000:3B:02.1"]},"AllocResp":"Cg=="},
+              {"PodUID":"u2","ContainerName":"x","ResourceName":"rdma/hca","DeviceIDs":["0000:3b:02.4"],"AllocResp":null},
+              {"PodUID":"u3","ContainerName":"y","ResourceName":"gpu","DeviceIDs":{"-1":null},"AllocResp":""}],
+              "RegisteredDevices":{"rdma/hca":["0000:3b:02.1","0000:3b:02.2"],"gpu":null}},"Checksum":3552456126}"#,
+        )
+        .unwrap();
+        assert_eq!(cp.registered["rdma/hca"].len(), 2);
+        assert!(cp.registered["gpu"].is_empty());
+        assert_eq!(cp.allocations[0].devices, ["0000:3B:02.1"], "one device on two NUMA nodes is one device");
+        assert!(cp.allocations[2].devices.is_empty());
+        assert_eq!(cp.resource_of(&pci("3b:02.1")), Some("rdma/hca"), "short and upper-case forms name the VF");
+        assert_eq!(cp.resource_of(&pci("0000:3b:02.2")), Some("rdma/hca"));
+        assert_eq!(cp.resource_of(&pci("0000:3b:02.4")), Some("rdma/hca"), "allocated, no longer registered");
+        assert_eq!(cp.resource_of(&pci("0000:3b:02.3")), None);
+        assert!(cp.allocated_to("u1", &pci("0000:3b:02.1")));
+        assert!(!cp.allocated_to("u2", &pci("0000:3b:02.1")));
+        assert!(!cp.allocated_to("u1", &pci("0000:3b:02.2")));
+    }
+
+    #[test]
+    fn empty_lists_as_go_writes_them_and_malformed_files() {
+        let cp = Checkpoint::parse(br#"{"Data":{"PodDeviceEntries":null,"RegisteredDevices":null},"Checksum":1}"#);
+        assert_eq!(cp.unwrap(), Checkpoint::default());
+        for bad in [&b""[..], b"{", b"{}", b"[]", br#"{"Data":{"PodDeviceEntries":[{"PodUID":1}]}}"#] {
+            assert!(Checkpoint::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        let e = Checkpoint::parse(br#"{"Data":{"RegisteredDevices":{"r":["a",1]}}}"#).unwrap_err();
+        assert_eq!(e, "Data.RegisteredDevices[r][1] is not a string");
+        let e = Checkpoint::parse(br#"{"Data":{"PodDeviceEntries":[{"PodUID":"u","ContainerName":"c"}]}}"#);
+        assert_eq!(e.unwrap_err(), "Data.PodDeviceEntries[0].ResourceName is missing or not a string");
+    }
+
+    #[test]
+    fn no_file_is_none_and_a_bad_one_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-kcp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join(CHECKPOINT);
+        assert_eq!(Checkpoint::read(&f), Ok(None));
+        std::fs::write(&f, b"{\"Data\":").unwrap();
+        let e = Checkpoint::read(&f).unwrap_err();
+        assert!(e.contains(&f.display().to_string()) && e.contains("not a device manager checkpoint"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            pod_resources_socket(Path::new(DEVICE_PLUGINS_DIR)),
+            Path::new("/var/lib/kubelet/pod-resources/kubelet.sock")
+        );
+    }
+}
