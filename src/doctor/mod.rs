@@ -18,7 +18,7 @@ use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self, NetnsMode, RdmaDevice, RdmaPort};
 use crate::kernel::sysfs::{Gid, Sysfs};
-use crate::kernel::vf::{self, VfState};
+use crate::vf_setting::{self, VfState};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::fs;
@@ -378,7 +378,7 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
                 .iter()
                 .find(|a| a.pci == vf_pci)
                 .map(|a| format!("{}/{} ({})", &a.container_id[..a.container_id.len().min(12)], a.ifname, a.network));
-            let state = vf::state_from_table(&table, index);
+            let state = vf_setting::state_from_table(&table, index);
             if let Some(st) = &state {
                 if st.spoofchk == Some(false) && attached.is_some() {
                     warnings.push(format!(

@@ -18,7 +18,8 @@ use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::result::{AttachResult, Interface};
 use crate::kernel::rdma::{self as kernel_rdma, RdmaSocket};
 use crate::kernel::sysfs::Vf;
-use crate::kernel::vf::{self, NetlinkPf, PfControl, VfState};
+use crate::kernel::vf::{NetlinkPf, PfControl};
+use crate::vf_setting::{self, VfSetting, VfState};
 
 fn attached_err(a: &Attachment) -> CniError {
     CniError::io(format!(
@@ -109,7 +110,7 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
     let pf = host.pf(&vf.pf).map_err(|e| e.context(format!("VF {}", vf.pci)))?;
     let vf_original =
         NetlinkPf(&mut host.route).vf_state(&pf, vf.index).ctx(|| format!("reading the VF table of PF {}", pf.name))?;
-    let plan = vf::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
+    let plan = vf_setting::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
     if vf_original.is_none() {
         if let Some(s) = plan.first() {
             return Err(CniError::io(format!(
@@ -248,7 +249,7 @@ fn prepare_rdma(
 
 /// The steps, in order, then what needs no undo of its own: addresses and routes (they live on the netdev in
 /// the pod and leave with it) and the RoCE GID lookup (it only reads).
-fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<AttachResult> {
+fn attach(cx: &mut Apply, plan: &[VfSetting], move_rdma: bool) -> CniResult<AttachResult> {
     if cx.rec.vf_original.is_some() {
         for step in Step::plan(plan) {
             cx.run(step)?;
