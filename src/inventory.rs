@@ -1,7 +1,7 @@
 //! The node inventory: SR-IOV PFs, their VFs, netdevs, drivers, RDMA devices with their ports and character
 //! devices, NUMA nodes and IOMMU groups, as sysfs shows them at one moment. Plain data, read synchronously through
-//! [`Sysfs`], so a fake tree stands in for the node in tests. The device plugin reads it; ADD's pool and doctor
-//! can read the same values.
+//! [`Sysfs`], so a fake tree stands in for the node in tests. The device plugin and doctor's PF table read a scan;
+//! ADD's pool (flow/pool.rs) reads a PF's VFs with [`vfs_of_pf`].
 
 use crate::kernel::sysfs::{NotUsable, Sysfs};
 use crate::model::PciAddr;

@@ -278,3 +278,124 @@ pub fn would_take(
     }
     Ok(vf.pci)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::sysfs::fake::FakeTree;
+    use std::collections::{HashMap, HashSet};
+
+    /// A taker over a fake sysfs tree: which VFs are locked, which records there are and where their VFs are,
+    /// which netdevs the host namespace has. It records what it reclaimed.
+    struct Fake {
+        sysfs: Sysfs,
+        locked: HashSet<PciAddr>,
+        records: HashMap<PciAddr, (Attachment, Whereabouts)>,
+        here: HashSet<String>,
+        reclaimed: Vec<PciAddr>,
+        notes: Vec<String>,
+    }
+
+    impl Taker for Fake {
+        type Lock = PciAddr;
+
+        fn sysfs(&self) -> &Sysfs {
+            &self.sysfs
+        }
+        fn lock(&mut self, pci: &PciAddr, _wait: bool) -> CniResult<Option<PciAddr>> {
+            Ok((!self.locked.contains(pci)).then(|| pci.clone()))
+        }
+        fn load(&mut self, pci: &PciAddr) -> CniResult<Option<Attachment>> {
+            Ok(self.records.get(pci).map(|(a, _)| a.clone()))
+        }
+        fn whereabouts(&mut self, a: &Attachment) -> CniResult<Whereabouts> {
+            Ok(self.records[&a.pci].1)
+        }
+        fn reclaim(&mut self, pci: &PciAddr, _a: &Attachment) -> CniResult<Vf> {
+            self.reclaimed.push(pci.clone());
+            self.sysfs.vf(pci).map_err(|e| not_usable(pci, e))
+        }
+        fn netdev_here(&mut self, name: &str, reclaimed: bool) -> CniResult<bool> {
+            Ok(reclaimed || self.here.contains(name))
+        }
+        fn note(&mut self, line: String) {
+            self.notes.push(line);
+        }
+    }
+
+    fn pci(s: &str) -> PciAddr {
+        PciAddr::parse(s).unwrap()
+    }
+
+    fn fake(name: &str) -> Fake {
+        let root = std::env::temp_dir().join(format!("sriov-rdma-pool-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let t = FakeTree::new(&root).unwrap();
+        t.pf("0000:3b:00.0", "ens1f0", 4).unwrap();
+        for i in 0..4u32 {
+            t.vf("0000:3b:00.0", i, &format!("0000:3b:02.{i}"), Some(&format!("ens1f0v{i}")), "iavf").unwrap();
+        }
+        Fake {
+            sysfs: Sysfs::at(root),
+            locked: HashSet::new(),
+            records: HashMap::new(),
+            here: (0..4).map(|i| format!("ens1f0v{i}")).collect(),
+            reclaimed: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn record(vf: &str, container: &str) -> Attachment {
+        Attachment { pci: pci(vf), container_id: container.into(), ..crate::flow::record::sample() }
+    }
+
+    fn conf(source: &str) -> NetConf {
+        let raw = format!(r#"{{"cniVersion":"1.0.0","name":"rdma-net","type":"sriov-rdma",{source}}}"#);
+        NetConf::parse(raw.as_bytes(), &HashMap::new()).unwrap()
+    }
+
+    #[test]
+    fn a_pf_gives_its_lowest_free_vf_skipping_locked_held_and_netdev_less_ones() {
+        let mut f = fake("pf");
+        f.locked.insert(pci("0000:3b:02.0"));
+        f.records.insert(pci("0000:3b:02.1"), (record("0000:3b:02.1", "c1"), Whereabouts::Held));
+        f.here.remove("ens1f0v2");
+        let (vf, lock) = select(&mut f, &conf(r#""pfName":"ens1f0""#)).unwrap();
+        assert_eq!((vf.pci.as_str(), lock.as_str()), ("0000:3b:02.3", "0000:3b:02.3"));
+        assert!(f.reclaimed.is_empty());
+        assert!(
+            f.notes.contains(
+                &"skipped VF 0 locked, VF 1 held by c1/net1, VF 2 has no netdev in the host namespace".to_string()
+            ),
+            "{:?}",
+            f.notes
+        );
+        // Nothing free: every VF named in the error's count.
+        f.here.remove("ens1f0v3");
+        let e = select(&mut f, &conf(r#""pfName":"ens1f0""#)).unwrap_err();
+        assert!(e.msg.contains("no free VF among its 4 VFs"), "{e}");
+        let _ = fs::remove_dir_all(&f.sysfs.root);
+    }
+
+    #[test]
+    fn an_orphans_vf_is_reclaimed_first_and_a_live_or_held_one_refused() {
+        let mut f = fake("orphan");
+        f.records.insert(pci("0000:3b:02.0"), (record("0000:3b:02.0", "c0"), Whereabouts::Orphan));
+        let (vf, _) = select(&mut f, &conf(r#""pfName":"ens1f0""#)).unwrap();
+        assert_eq!((vf.pci.as_str(), f.reclaimed.clone()), ("0000:3b:02.0", vec![pci("0000:3b:02.0")]));
+        let (vf, _) = select(&mut f, &conf(r#""deviceID":"0000:3b:02.0""#)).unwrap();
+        assert_eq!(vf.pci.as_str(), "0000:3b:02.0");
+        assert_eq!(f.reclaimed.len(), 2);
+        f.records.insert(pci("0000:3b:02.0"), (record("0000:3b:02.0", "c0"), Whereabouts::Live));
+        let e = select(&mut f, &conf(r#""deviceID":"0000:3b:02.0""#)).unwrap_err();
+        assert!(e.msg.contains("already attached to container c0"), "{e}");
+        f.records.insert(pci("0000:3b:02.0"), (record("0000:3b:02.0", "c0"), Whereabouts::Held));
+        let e = select(&mut f, &conf(r#""deviceID":"0000:3b:02.0""#)).unwrap_err();
+        assert!(e.msg.contains("still in use by container c0"), "{e}");
+        f.locked.insert(pci("0000:3b:02.0"));
+        let e = select(&mut f, &conf(r#""deviceID":"0000:3b:02.0""#)).unwrap_err();
+        assert_eq!(e.code, Code::TryAgainLater, "{e}");
+        assert_eq!(f.reclaimed.len(), 2, "nothing reclaimed from a live, held or locked VF");
+        let _ = fs::remove_dir_all(&f.sysfs.root);
+    }
+}
