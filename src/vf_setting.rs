@@ -281,83 +281,59 @@ impl Setting for Vlan {
     }
 }
 
-/// Source MAC checking on the VF's traffic (`spoofchk`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpoofChk {
-    pub on: bool,
-}
-
-impl Setting for SpoofChk {
-    const EXAMPLES: &'static [&'static str] = &[r#"{"spoofchk":"on"}"#];
-
-    fn parse(k: &ConfigKeys, into: &mut VfSettings) -> Result<(), BadKey> {
-        into.spoofchk = k.on_off("spoofchk")?;
-        Ok(())
-    }
-    fn configured(cfg: &VfSettings, _: &VfState) -> Option<Self> {
-        cfg.spoofchk.map(|on| SpoofChk { on })
-    }
-    fn encode(&self, vf: u32) -> Vec<VfInfo> {
-        vec![VfInfo::SpoofCheck(VfInfoSpoofCheck::new(vf, self.on))]
-    }
-    fn read(info: &VfInfo, row: &mut VfState) {
-        if let VfInfo::SpoofCheck(s) = info {
-            row.spoofchk = Some(s.enabled);
+/// A setting that is a switch: `on`/`off` under its configuration key, a flag in the PF's row, a field of the same
+/// name in the record's row.
+macro_rules! switch {
+    ($(#[$doc:meta])* $kind:ident, $key:literal, $field:ident, $attr:ident($info:ident)) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct $kind {
+            pub on: bool,
         }
-    }
-    fn shown(row: &VfState) -> Option<Self> {
-        row.spoofchk.map(|on| SpoofChk { on })
-    }
-    fn words(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "spoofchk {}", on_off(self.on))
-    }
-    fn row_record(row: &VfState) -> Vec<(&'static str, Value)> {
-        vec![("spoofchk", json(row.spoofchk))]
-    }
-    fn read_row_record(rec: &Map<String, Value>, row: &mut VfState) -> Result<(), String> {
-        row.spoofchk = field(rec, "spoofchk")?;
-        Ok(())
-    }
-}
 
-/// Whether the VF may change its MAC and see other traffic (`trust`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Trust {
-    pub on: bool,
-}
+        impl Setting for $kind {
+            const EXAMPLES: &'static [&'static str] = &[concat!("{\"", $key, "\":\"on\"}")];
 
-impl Setting for Trust {
-    const EXAMPLES: &'static [&'static str] = &[r#"{"trust":"on"}"#];
-
-    fn parse(k: &ConfigKeys, into: &mut VfSettings) -> Result<(), BadKey> {
-        into.trust = k.on_off("trust")?;
-        Ok(())
-    }
-    fn configured(cfg: &VfSettings, _: &VfState) -> Option<Self> {
-        cfg.trust.map(|on| Trust { on })
-    }
-    fn encode(&self, vf: u32) -> Vec<VfInfo> {
-        vec![VfInfo::Trust(VfInfoTrust::new(vf, self.on))]
-    }
-    fn read(info: &VfInfo, row: &mut VfState) {
-        if let VfInfo::Trust(t) = info {
-            row.trust = Some(t.enabled);
+            fn parse(k: &ConfigKeys, into: &mut VfSettings) -> Result<(), BadKey> {
+                into.$field = k.on_off($key)?;
+                Ok(())
+            }
+            fn configured(cfg: &VfSettings, _: &VfState) -> Option<Self> {
+                cfg.$field.map(|on| $kind { on })
+            }
+            fn encode(&self, vf: u32) -> Vec<VfInfo> {
+                vec![VfInfo::$attr($info::new(vf, self.on))]
+            }
+            fn read(info: &VfInfo, row: &mut VfState) {
+                if let VfInfo::$attr(s) = info {
+                    row.$field = Some(s.enabled);
+                }
+            }
+            fn shown(row: &VfState) -> Option<Self> {
+                row.$field.map(|on| $kind { on })
+            }
+            fn words(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{} {}", $key, on_off(self.on))
+            }
+            fn row_record(row: &VfState) -> Vec<(&'static str, Value)> {
+                vec![($key, json(row.$field))]
+            }
+            fn read_row_record(rec: &Map<String, Value>, row: &mut VfState) -> Result<(), String> {
+                row.$field = field(rec, $key)?;
+                Ok(())
+            }
         }
-    }
-    fn shown(row: &VfState) -> Option<Self> {
-        row.trust.map(|on| Trust { on })
-    }
-    fn words(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "trust {}", on_off(self.on))
-    }
-    fn row_record(row: &VfState) -> Vec<(&'static str, Value)> {
-        vec![("trust", json(row.trust))]
-    }
-    fn read_row_record(rec: &Map<String, Value>, row: &mut VfState) -> Result<(), String> {
-        row.trust = field(rec, "trust")?;
-        Ok(())
-    }
+    };
 }
+
+switch!(
+    /// Source MAC checking on the VF's traffic (`spoofchk`).
+    SpoofChk, "spoofchk", spoofchk, SpoofCheck(VfInfoSpoofCheck)
+);
+switch!(
+    /// Whether the VF may change its MAC and see other traffic (`trust`).
+    Trust, "trust", trust, Trust(VfInfoTrust)
+);
 
 /// The VF's link as the PF reports it to the VF (`link_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
