@@ -1,9 +1,9 @@
 //! The node inventory: SR-IOV PFs, their VFs, netdevs, drivers, RDMA devices with their ports and character
 //! devices, NUMA nodes and IOMMU groups, as sysfs shows them at one moment. Plain data, read synchronously through
-//! [`Sysfs`], so a fake tree stands in for the node in tests. The device plugin reads it; ADD's pool and doctor
-//! can read the same values.
+//! [`Sysfs`], so a fake tree stands in for the node in tests. The device plugin and doctor's PF table read a scan;
+//! ADD's pool (flow/pool.rs) reads a PF's VFs with [`vfs_of_pf`].
 
-use crate::kernel::sysfs::Sysfs;
+use crate::kernel::sysfs::{NotUsable, Sysfs};
 use crate::model::PciAddr;
 use serde::Serialize;
 use std::fs;
@@ -184,6 +184,18 @@ impl Inventory {
     pub fn pf_named(&self, name: &str) -> Option<&Pf> {
         self.pfs.iter().find(|p| p.netdev.as_deref() == Some(name))
     }
+}
+
+/// A PF's VFs (index, PCI address) by the PF's netdev name, as ADD's pool reads them: the PF and its `virtfnN`
+/// links only, none of a scan's RDMA, NUMA or ID reads (ADD's hot path).
+pub fn vfs_of_pf(sysfs: &Sysfs, pf: &str) -> Result<(PciAddr, Vec<(u32, PciAddr)>), NotUsable> {
+    let pf_pci = sysfs.pf_pci(pf)?;
+    let vfs = sysfs.vfs_of(&pf_pci).map_err(|err| NotUsable::ListingVfs {
+        pf: pf.to_string(),
+        pf_pci: pf_pci.clone(),
+        err,
+    })?;
+    Ok((pf_pci, vfs))
 }
 
 fn link_name(p: &Path) -> Option<String> {

@@ -1,7 +1,8 @@
 //! sriov-rdma: a CNI plugin that gives a pod an SR-IOV VF and restores it exactly.
 //!
 //! Three layers: [`cni`] (the protocol), [`kernel`] (netlink, netns, sysfs) and [`flow`] (ADD/DEL/CHECK/GC/STATUS),
-//! over the value types of [`model`] that the first two share.
+//! over the value types of [`model`] that the first two share, and the PF-side settings of a VF, each in one place
+//! ([`vf_setting`]).
 
 pub mod log;
 
@@ -14,3 +15,4 @@ pub mod kernel;
 pub mod kubelet;
 pub mod model;
 pub mod policy;
+pub mod vf_setting;

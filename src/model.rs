@@ -1,5 +1,5 @@
 //! The domain's value types, shared by the protocol layer (`cni`) and the kernel layer (`kernel`), so that neither
-//! borrows the other's: PCI addresses, MACs, IP networks, and the PF-side settings of a VF.
+//! borrows the other's: PCI addresses, MACs, IP networks, and the words of the PF-side settings of a VF.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -149,7 +149,7 @@ impl<'de> Deserialize<'de> for IpNet {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VlanProto {
     #[serde(rename = "802.1q")]
     Dot1Q,
@@ -183,7 +183,7 @@ impl VlanProto {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LinkState {
     Auto,
@@ -238,22 +238,6 @@ pub fn parse_guid(s: &str) -> Option<u64> {
         return None;
     }
     parts.iter().try_fold(0u64, |g, p| Some((g << 8) | u64::from(u8::from_str_radix(p, 16).ok()?)))
-}
-
-/// The PF-side settings of a VF that the configuration asks for; `None` means "leave as it is".
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct VfSettings {
-    pub mac: Option<Mac>,
-    pub vlan: Option<u16>,
-    pub vlan_qos: Option<u8>,
-    pub vlan_proto: Option<VlanProto>,
-    pub spoofchk: Option<bool>,
-    pub trust: Option<bool>,
-    pub link_state: Option<LinkState>,
-    pub min_tx_rate: Option<u32>,
-    pub max_tx_rate: Option<u32>,
-    /// InfiniBand node and port GUID of the VF.
-    pub guid: Option<u64>,
 }
 
 /// A kernel error that came with an extended-ack message: the errno and the kernel's own words. Both layers read

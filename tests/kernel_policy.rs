@@ -1,12 +1,13 @@
 //! The kernel checks IFLA_VFINFO_LIST attribute lengths against its policy before asking the driver: a
 //! veth then answers EOPNOTSUPP, a wrong layout ERANGE or EINVAL. So every VF setting we encode is sent
-//! to a real veth here, and must come back EOPNOTSUPP (root only).
+//! to a real veth here (every example of every setting in src/vf_setting.rs), and must come back EOPNOTSUPP (root
+//! only).
 
 mod common;
 use common::*;
 use sriov_rdma_cni::kernel::link::RouteSocket;
-use sriov_rdma_cni::kernel::vf::{NetlinkPf, Pf, PfControl, VfSetting};
-use sriov_rdma_cni::model::{LinkState, VlanProto};
+use sriov_rdma_cni::kernel::vf::{NetlinkPf, Pf, PfControl};
+use sriov_rdma_cni::vf_setting::VfSetting;
 
 #[test]
 fn every_vf_setting_has_a_layout_the_kernel_accepts() {
@@ -20,18 +21,11 @@ fn every_vf_setting_has_a_layout_the_kernel_accepts() {
     let pf = Pf { name: "tkpol0".into(), index };
     let mut ctl = NetlinkPf(&mut sock);
     assert_eq!(ctl.vf_state(&pf, 0).unwrap(), None, "a veth has no VF table");
-    for s in [
-        VfSetting::Mac("02:00:00:00:00:01".parse().unwrap()),
-        VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q },
-        VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Ad },
-        VfSetting::SpoofChk(true),
-        VfSetting::Trust(true),
-        VfSetting::LinkState(LinkState::Enable),
-        VfSetting::Rate { min: 10, max: 100 },
-        VfSetting::Guid { node: 0x0011_2233_4455_6677, port: 0x0011_2233_4455_6677 },
-    ] {
+    let examples = VfSetting::examples();
+    assert!(examples.len() >= VfSetting::STEPS.len(), "every setting has an example");
+    for (conf, s) in examples {
         let err = ctl.apply(&pf, 1, &s).expect_err("a veth has no VFs");
-        assert_eq!(sriov_rdma_cni::kernel::netlink::errno(&err), Some(libc::EOPNOTSUPP), "{s}: {err}");
+        assert_eq!(sriov_rdma_cni::kernel::netlink::errno(&err), Some(libc::EOPNOTSUPP), "{conf}: {s}: {err}");
     }
     let _ = sh(&["ip", "link", "del", "tkpol0"]);
 }

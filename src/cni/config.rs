@@ -4,7 +4,8 @@
 //! wrong value is code 7 naming the key and the value, before anything is touched.
 
 use super::error::{CniError, CniResult, Code};
-use crate::model::{IpNet, LinkState, Mac, PciAddr, VfSettings, VlanProto};
+use crate::model::{IpNet, PciAddr};
+use crate::vf_setting::{BadKey, ConfigKeys, VfSettings};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -130,15 +131,6 @@ impl<'a> Keys<'a> {
         }
     }
 
-    fn on_off(&self, key: &str) -> CniResult<Option<bool>> {
-        match self.str(key)? {
-            None => Ok(None),
-            Some(s) => crate::model::parse_on_off(s)
-                .map(Some)
-                .ok_or_else(|| bad(key, &Value::from(s), "must be \"on\" or \"off\"")),
-        }
-    }
-
     fn obj(&self, key: &str) -> CniResult<Option<Keys<'a>>> {
         match self.get(key) {
             None => Ok(None),
@@ -152,22 +144,10 @@ fn parse_pci(key: &str, s: &str) -> CniResult<PciAddr> {
     PciAddr::parse(s).map_err(|why| bad(key, &Value::from(s), &why))
 }
 
-/// A GUID as `00:11:22:33:44:55:66:77`; all-zero and all-FF are not GUIDs.
-fn parse_guid(key: &str, s: &str) -> CniResult<u64> {
-    let g = crate::model::parse_guid(s)
-        .ok_or_else(|| bad(key, &Value::from(s), "is not a GUID like 00:11:22:33:44:55:66:77"))?;
-    if g == 0 || g == u64::MAX {
-        return Err(bad(key, &Value::from(s), "must not be all zeros or all FF"));
+impl From<BadKey> for CniError {
+    fn from(b: BadKey) -> CniError {
+        bad(&b.key, &b.value, &b.why)
     }
-    Ok(g)
-}
-
-fn parse_mac(key: &str, s: &str) -> CniResult<Mac> {
-    let mac: Mac = s.parse().map_err(|why: String| bad(key, &Value::from(s), &why))?;
-    if mac.is_multicast() || mac.is_zero() {
-        return Err(bad(key, &Value::from(s), "must be a unicast, non-zero MAC address"));
-    }
-    Ok(mac)
 }
 
 impl NetConf {
@@ -211,53 +191,8 @@ impl NetConf {
             (None, None) => None,
         };
 
-        // mac: top level, then runtimeConfig, then CNI_ARGS MAC.
-        let mac = match (k.str("mac")?, rc.as_ref().map(|r| r.str("mac")).transpose()?.flatten()) {
-            (Some(m), _) => Some(parse_mac("mac", m)?),
-            (None, Some(m)) => Some(parse_mac("runtimeConfig.mac", m)?),
-            (None, None) => match args.get("MAC") {
-                Some(m) => Some(parse_mac("CNI_ARGS MAC", m)?),
-                None => None,
-            },
-        };
-
-        let vlan = k.int("vlan", 0, 4094)?.map(|v| v as u16);
-        let vlan_qos = k.int("vlanQoS", 0, 7)?.map(|v| v as u8);
-        let vlan_proto = match k.str("vlanProto")? {
-            None => None,
-            Some(s) => Some(
-                VlanProto::parse(s, true)
-                    .ok_or_else(|| bad("vlanProto", &Value::from(s), "must be \"802.1q\" or \"802.1ad\""))?,
-            ),
-        };
-        if vlan.is_none() {
-            if let Some(q) = k.get("vlanQoS") {
-                return Err(bad("vlanQoS", q, "needs vlan to be set"));
-            }
-            if let Some(p) = k.get("vlanProto") {
-                return Err(bad("vlanProto", p, "needs vlan to be set"));
-            }
-        }
-        let link_state = match k.str("link_state")? {
-            None => None,
-            Some(s) => Some(
-                LinkState::parse(s)
-                    .ok_or_else(|| bad("link_state", &Value::from(s), "must be \"auto\", \"enable\" or \"disable\""))?,
-            ),
-        };
-        let min_tx_rate = k.int("min_tx_rate", 0, u32::MAX as i64)?.map(|v| v as u32);
-        let max_tx_rate = k.int("max_tx_rate", 0, u32::MAX as i64)?.map(|v| v as u32);
-        if let (Some(min), Some(max)) = (min_tx_rate, max_tx_rate) {
-            if max != 0 && min > max {
-                return Err(bad("min_tx_rate", &Value::from(min), &format!("is greater than max_tx_rate {max}")));
-            }
-        }
-        // infinibandGUID: runtimeConfig (capability), then CNI_ARGS guid.
-        let guid = match (rc.as_ref().map(|r| r.str("infinibandGUID")).transpose()?.flatten(), args.get("guid")) {
-            (Some(g), _) => Some(parse_guid("runtimeConfig.infinibandGUID", g)?),
-            (None, Some(g)) => Some(parse_guid("CNI_ARGS guid", g)?),
-            (None, None) => None,
-        };
+        // The PF-side settings, each read by its own definition.
+        let vf = VfSettings::parse(&ConfigKeys { top: map, runtime: rc.as_ref().map(|r| r.0), args })?;
         let rdma = match k.str("rdma")? {
             None | Some("auto") => RdmaPolicy::Auto,
             Some("isolated") => RdmaPolicy::Isolated,
@@ -269,19 +204,6 @@ impl NetConf {
             Some(p) => return Err(bad("runtimeConfig.CNIDeviceInfoFile", &Value::from(p), "must be an absolute path")),
             None => None,
         };
-        let vf = VfSettings {
-            guid,
-            mac,
-            vlan,
-            vlan_qos,
-            vlan_proto,
-            spoofchk: k.on_off("spoofchk")?,
-            trust: k.on_off("trust")?,
-            link_state,
-            min_tx_rate,
-            max_tx_rate,
-        };
-
         let mtu = k.int("mtu", 68, 65535)?.map(|v| v as u32);
         let ipam = match k.obj("ipam")? {
             None => None,
@@ -387,6 +309,7 @@ pub fn sniff_version(raw: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{LinkState, VlanProto};
 
     fn parse(s: &str) -> CniResult<NetConf> {
         NetConf::parse(s.as_bytes(), &HashMap::new())

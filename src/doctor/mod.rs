@@ -14,11 +14,12 @@ pub mod resource;
 use crate::flow::attachment::Attachment;
 use crate::flow::context::{Host, Paths};
 use crate::flow::orphans::{whereabouts, Whereabouts};
+use crate::inventory::{self, Inventory, RdmaBinding};
 use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
 use crate::kernel::rdma::{self, NetnsMode, RdmaDevice, RdmaPort};
 use crate::kernel::sysfs::{Gid, Sysfs};
-use crate::kernel::vf::{self, VfState};
+use crate::vf_setting::{self, VfState};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::fs;
@@ -353,32 +354,27 @@ fn bandwidth_test(peer: &str, want: Option<&str>, nccl: &[NcclSettings], sysfs: 
     bandwidth::run_test(peer, hca.as_ref().map(|(d, p, g, _)| (d.as_str(), *p, *g)), line, None)
 }
 
+/// The node's SR-IOV PFs with a netdev here, by name, from the node inventory; each VF's row from its PF's VF table.
 fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>) -> Vec<PfReport> {
-    let mut names: Vec<String> = fs::read_dir(sysfs.root.join("class/net"))
-        .map(|rd| rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
-    names.sort();
+    let mut pfs: Vec<(String, inventory::Pf)> =
+        Inventory::scan(sysfs).pfs.into_iter().filter_map(|p| Some((p.netdev.clone()?, p))).collect();
+    pfs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut route = RouteSocket::new().ok();
     let mut out = Vec::new();
-    for name in names {
-        let Ok(pci) = sysfs.pf_pci(&name) else { continue };
-        let dev = sysfs.pci_dir(&pci);
-        let numvfs = read_num(dev.join("sriov_numvfs")).unwrap_or(0) as u32;
-        let totalvfs = read_num(dev.join("sriov_totalvfs")).unwrap_or(0) as u32;
-        let netdir = sysfs.root.join("class/net").join(&name);
-        let operstate = fs::read_to_string(netdir.join("operstate")).ok().map(|s| s.trim().to_string());
-        let speed_mbps = read_num(netdir.join("speed")).filter(|s| *s > 0);
+    for (name, pf) in pfs {
+        let speed_mbps = read_num(sysfs.root.join("class/net").join(&name).join("speed")).filter(|s| *s > 0);
         let table = route
             .as_mut()
             .and_then(|r| r.link_by_name(&name).ok().flatten().map(|l| l.index).and_then(|i| r.vf_table(i).ok()))
             .unwrap_or_default();
         let mut vfs = Vec::new();
-        for (index, vf_pci) in sysfs.vfs_of(&pci).unwrap_or_default() {
+        for vf in &pf.vfs {
+            let index = vf.index;
             let attached = records
                 .iter()
-                .find(|a| a.pci == vf_pci)
+                .find(|a| a.pci == vf.pci)
                 .map(|a| format!("{}/{} ({})", &a.container_id[..a.container_id.len().min(12)], a.ifname, a.network));
-            let state = vf::state_from_table(&table, index);
+            let state = vf_setting::state_from_table(&table, index);
             if let Some(st) = &state {
                 if st.spoofchk == Some(false) && attached.is_some() {
                     warnings.push(format!(
@@ -388,19 +384,27 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
             }
             vfs.push(VfReport {
                 index,
-                pci: vf_pci.to_string(),
-                netdev: sysfs.netdevs(&vf_pci).into_iter().next(),
-                driver: sysfs.driver(&vf_pci),
+                pci: vf.pci.to_string(),
+                netdev: vf.netdev.clone(),
+                driver: vf.driver.clone(),
                 state,
                 // Hardware RDMA functions sit under the VF's PCI device.
-                rdma_device: sysfs.rdma_devices_of(&vf_pci).into_iter().next(),
+                rdma_device: vf.rdma.iter().find(|d| d.binding == RdmaBinding::Pci).map(|d| d.name.clone()),
                 attached,
             });
         }
-        if operstate.as_deref() == Some("down") {
+        if pf.operstate.as_deref() == Some("down") {
             warnings.push(format!("PF {name} is down: its VFs have no link; ip link set {name} up"));
         }
-        out.push(PfReport { name, pci: pci.to_string(), numvfs, totalvfs, operstate, speed_mbps, vfs });
+        out.push(PfReport {
+            name,
+            pci: pf.pci.to_string(),
+            numvfs: pf.num_vfs,
+            totalvfs: pf.total_vfs,
+            operstate: pf.operstate,
+            speed_mbps,
+            vfs,
+        });
     }
     out
 }

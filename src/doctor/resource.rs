@@ -4,12 +4,12 @@
 //! What this node's device plugin advertises (healthy and unhealthy VFs, and why) is the device plugin's to say:
 //! [`Advertised`] is where it plugs in. Until one is given, the report shows what the kubelet recorded.
 
-use crate::cni::config::{NetConf, VfSource};
-use crate::cni::error::{CniError, Code};
+use crate::cni::config::NetConf;
+use crate::cni::error::CniError;
 use crate::flow::attachment::Attachment;
-use crate::flow::context::{not_usable, Paths};
+use crate::flow::context::Paths;
 use crate::flow::orphans::is_orphan;
-use crate::flow::state::Store;
+use crate::flow::pool::would_take;
 use crate::kernel::link::RouteSocket;
 use crate::kernel::sysfs::Sysfs;
 use crate::kubelet::{Checkpoint, NamedPodDevices};
@@ -312,140 +312,6 @@ pub fn kubelet_holders(kubelet: &KubeletView, node_vfs: &[PciAddr], socket: &Pat
     out
 }
 
-/// Whether another process holds the VF's lock, from /proc/locks: looking takes no lock and creates no file.
-fn locked(store: &Store, pci: &PciAddr) -> bool {
-    let Ok(meta) = fs::metadata(store.dir().join(format!("{pci}.lock"))) else { return false };
-    let (maj, min) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-    let want = format!("{maj:02x}:{min:02x}:{}", meta.ino());
-    fs::read_to_string("/proc/locks").unwrap_or_default().lines().any(|l| l.split_whitespace().any(|f| f == want))
-}
-
-/// ADD's VF selection, read-only: the VF must exist and be a VF, not be locked, not be held by a live record (an
-/// orphan's would be reclaimed first), and have its netdev in the host namespace (unless a userspace driver has
-/// it). A VF the kubelet manages (`kubelet`, its checkpoint) ADD gives only to the pod it was allocated to:
-/// `pfName` passes over it, as for a pod with no allocation. `checked` says what was looked at.
-fn would_take(
-    sysfs: &Sysfs,
-    store: &Store,
-    route: &mut Option<RouteSocket>,
-    kubelet: Option<&Checkpoint>,
-    conf: &NetConf,
-    checked: &mut Vec<String>,
-) -> Result<PciAddr, CniError> {
-    let managed = |pci: &PciAddr| kubelet.and_then(|k| k.resource_of(pci).map(|r| (k, r.to_string())));
-    let netdev_here = |route: &mut Option<RouteSocket>, n: &str| {
-        route.as_mut().and_then(|r| r.link_by_name(n).ok().flatten()).is_some()
-    };
-    match &conf.source {
-        None => Err(CniError::config(
-            "no VF given: set deviceID (Multus passes the one the device plugin allocated; doctor --device PCI stands \
-             in for it) or pfName",
-        )),
-        Some(VfSource::Device(pci)) => {
-            let vf = sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
-            checked.push(format!("deviceID {pci} is VF {} of PF {}", vf.index, vf.pf));
-            if let Some((k, res)) = managed(pci) {
-                let pods: Vec<&str> = k.holders(pci).map(|a| a.pod_uid.as_str()).collect();
-                let to = if pods.is_empty() { "no pod".to_string() } else { format!("pod {}", pods.join(", ")) };
-                checked.push(format!(
-                    "the kubelet manages it as resource {res}, allocated to {to}: ADD takes it only for that pod"
-                ));
-            }
-            if locked(store, pci) {
-                return Err(CniError::new(
-                    Code::TryAgainLater,
-                    format!("VF {pci} is locked by a running ADD/DEL: ADD waits up to 10 s for it, then fails"),
-                ));
-            }
-            checked.push("not locked".into());
-            if let Some(a) = store.load(pci)? {
-                if !is_orphan(sysfs, &a) {
-                    return Err(CniError::io(format!(
-                        "VF {} is already attached to container {} as {} (network {}); sriov-rdma doctor lists the \
-                         holders",
-                        a.pci, a.container_id, a.ifname, a.network
-                    )));
-                }
-                checked.push("its record is an orphan's (the VF is back on the host): ADD reclaims it first".into());
-                return Ok(pci.clone());
-            }
-            checked.push("no record: not attached".into());
-            if !vf.userspace() {
-                match &vf.netdev {
-                    Some(n) if netdev_here(route, n) => checked.push(format!("netdev {n} is in the host namespace")),
-                    Some(n) => {
-                        return Err(CniError::io(format!("VF {pci} netdev {n} is not in the host namespace")));
-                    }
-                    None => {
-                        return Err(CniError::io(format!(
-                            "VF {pci} (driver {}) has no netdev in the host namespace; is it attached elsewhere?",
-                            vf.driver.as_deref().unwrap_or("none")
-                        )));
-                    }
-                }
-            } else {
-                checked.push(format!("bound to {} (userspace): PF-side settings only", vf.driver.unwrap_or_default()));
-            }
-            Ok(pci.clone())
-        }
-        Some(VfSource::Pf(pf)) => {
-            let pf_pci = sysfs.pf_pci(pf).map_err(|e| not_usable(format!("pfName {pf}"), e))?;
-            let vfs =
-                sysfs.vfs_of(&pf_pci).map_err(|e| CniError::io(format!("listing the VFs of pfName {pf}: {e}")))?;
-            checked.push(format!("pfName {pf} ({pf_pci}) has {} VFs", vfs.len()));
-            let mut skipped = Vec::new();
-            for (idx, pci) in &vfs {
-                if let Some((_, res)) = managed(pci) {
-                    skipped
-                        .push(format!("{idx} the kubelet's ({res}; ADD takes it only for the pod it allocated it to)"));
-                    continue;
-                }
-                if locked(store, pci) {
-                    skipped.push(format!("{idx} locked"));
-                    continue;
-                }
-                // As ADD: one unreadable record skips its VF, it does not block the PF.
-                let rec = match store.load(pci) {
-                    Ok(rec) => rec,
-                    Err(_) => {
-                        skipped.push(format!("{idx} record unreadable"));
-                        continue;
-                    }
-                };
-                if let Some(a) = rec.as_ref().filter(|a| !is_orphan(sysfs, a)) {
-                    skipped.push(format!("{idx} held by {}/{}", a.container_id, a.ifname));
-                    continue;
-                }
-                let Ok(vf) = sysfs.vf(pci) else {
-                    skipped.push(format!("{idx} not a usable VF"));
-                    continue;
-                };
-                match &vf.netdev {
-                    Some(n) if rec.is_some() || netdev_here(route, n) => {
-                        if !skipped.is_empty() {
-                            checked.push(format!("skipped VF {}", skipped.join(", VF ")));
-                        }
-                        checked.push(format!(
-                            "VF {idx} ({pci}, {n}) is free{}",
-                            if rec.is_some() { " once its orphaned record is reclaimed" } else { "" }
-                        ));
-                        return Ok(pci.clone());
-                    }
-                    _ => skipped.push(format!("{idx} has no netdev in the host namespace")),
-                }
-            }
-            if !skipped.is_empty() {
-                checked.push(format!("skipped VF {}", skipped.join(", VF ")));
-            }
-            Err(CniError::io(format!(
-                "pfName {pf}: no free VF among its {} VFs (all attached, locked, or without a netdev in the host \
-                 namespace)",
-                vfs.len()
-            )))
-        }
-    }
-}
-
 /// The sriov-rdma configurations in a file: one network configuration, or each sriov-rdma plugin of a list
 /// (with the list's `cniVersion` and `name`, as libcni hands them over).
 fn configs_in(raw: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
@@ -532,6 +398,7 @@ pub fn check_config(paths: &Paths, file: &Path, device: Option<&str>) -> Vec<Con
 }
 
 pub fn holders(sysfs: &Sysfs, records: &[Attachment]) -> Vec<Holder> {
+    let mut route = RouteSocket::new().ok();
     records
         .iter()
         .map(|a| Holder {
@@ -543,7 +410,7 @@ pub fn holders(sysfs: &Sysfs, records: &[Attachment]) -> Vec<Holder> {
             network: a.network.clone(),
             netns: a.netns.clone(),
             complete: a.complete,
-            orphan: is_orphan(sysfs, a),
+            orphan: is_orphan(sysfs, &mut route, a),
         })
         .collect()
 }

@@ -7,119 +7,32 @@
 
 use super::admit::KubeletClaims;
 use super::attachment::{Attachment, GidIndex, RdmaRecord, Step};
-use super::context::{not_usable, Host, Paths, Pod};
+use super::context::{Host, Paths, Pod};
 use super::ipam::{self, Target};
 use super::journal::{unwind, Apply, Session};
-use super::orphans::{vf_after_reclaim, whereabouts, Whereabouts};
+use super::pool;
 use super::rdma;
-use super::state::VfLock;
-use crate::cni::config::{NetConf, RdmaPolicy, VfSource};
+use crate::cni::config::{NetConf, RdmaPolicy};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, IoContext};
 use crate::cni::result::{AttachResult, Interface};
 use crate::kernel::rdma::{self as kernel_rdma, RdmaSocket};
 use crate::kernel::sysfs::Vf;
-use crate::kernel::vf::{self, NetlinkPf, PfControl, VfState};
-
-fn attached_err(a: &Attachment) -> CniError {
-    CniError::io(format!(
-        "VF {} is already attached to container {} as {} (network {})",
-        a.pci, a.container_id, a.ifname, a.network
-    ))
-}
-
-fn held_err(a: &Attachment) -> CniError {
-    CniError::io(format!(
-        "VF {} is still in use by container {} as {} (network {}): its namespace path {} is gone, but the VF has \
-         not come back to the host (a process still holds the namespace)",
-        a.pci, a.container_id, a.ifname, a.network, a.netns
-    ))
-}
-
-/// Picks and locks the VF: the given address, or the lowest-numbered free VF of `pfName` that the kubelet does not
-/// manage for another pod.
-fn select_vf(host: &mut Host, conf: &NetConf, kubelet: &KubeletClaims) -> CniResult<(Vf, VfLock)> {
-    match &conf.source {
-        None => {
-            Err(CniError::config("no VF given: set deviceID (or runtimeConfig.deviceID, CNI_ARGS deviceID) or pfName"))
-        }
-        Some(VfSource::Device(pci)) => {
-            // Validated before the lock (a bad deviceID leaves nothing behind), read again under it.
-            host.sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
-            let lock = host.store.lock(pci)?;
-            if let Some(a) = host.store.load(pci)? {
-                return match whereabouts(host, &a)? {
-                    Whereabouts::Orphan => Ok((vf_after_reclaim(host, pci, &a)?, lock)),
-                    Whereabouts::Live => Err(attached_err(&a)),
-                    Whereabouts::Held => Err(held_err(&a)),
-                };
-            }
-            let vf = host.sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
-            Ok((vf, lock))
-        }
-        Some(VfSource::Pf(pf)) => {
-            let pf_pci = host.sysfs.pf_pci(pf).map_err(|e| not_usable(format!("pfName {pf}"), e))?;
-            let vfs = host.sysfs.vfs_of(&pf_pci).ctx(|| format!("listing the VFs of pfName {pf}"))?;
-            let withheld = vfs.iter().filter(|(_, pci)| kubelet.withheld(pci)).count();
-            for (_, pci) in vfs.iter().filter(|(_, pci)| !kubelet.withheld(pci)) {
-                let Some(lock) = host.store.try_lock(pci)? else {
-                    continue;
-                };
-                let found = match host.store.load(pci) {
-                    Ok(found) => found,
-                    Err(e) => {
-                        // One unreadable record must not block the PF: that VF is skipped, the others served.
-                        crate::warn!("pfName {pf}: skipping VF {pci}: {e}");
-                        continue;
-                    }
-                };
-                let vf = match found {
-                    None => match host.sysfs.vf(pci) {
-                        Ok(vf) => vf,
-                        Err(_) => continue,
-                    },
-                    Some(a) => match whereabouts(host, &a)? {
-                        Whereabouts::Orphan => match vf_after_reclaim(host, pci, &a) {
-                            Ok(vf) => vf,
-                            Err(e) => {
-                                crate::warn!("{e}");
-                                continue;
-                            }
-                        },
-                        Whereabouts::Live | Whereabouts::Held => continue,
-                    },
-                };
-                let Some(netdev) = &vf.netdev else { continue };
-                if host.route.link_by_name(netdev).ctx(|| format!("looking up {netdev}"))?.is_some() {
-                    return Ok((vf, lock));
-                }
-            }
-            Err(CniError::io(format!(
-                "pfName {pf}: no free VF among its {} VFs (all attached, locked, or without a netdev in the host \
-                 namespace{})",
-                vfs.len(),
-                if withheld > 0 {
-                    format!("; {withheld} the kubelet manages and did not allocate to this pod")
-                } else {
-                    String::new()
-                }
-            )))
-        }
-    }
-}
+use crate::kernel::vf::{NetlinkPf, PfControl};
+use crate::vf_setting::{self, VfSetting, VfState};
 
 pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResult> {
     let mut host = Host::open(paths)?;
     let mut pod = Pod::open(&env.netns).ctx(|| format!("opening CNI_NETNS {}", env.netns))?;
     if let Some(a) = host.store.find(&conf.name, &env.container_id, &env.ifname)? {
-        return Err(attached_err(&a));
+        return Err(pool::attached_err(&a));
     }
     let kubelet = KubeletClaims::load(paths, env)?;
-    let (vf, _lock) = select_vf(&mut host, conf, &kubelet)?;
+    let (vf, _lock) = pool::select(&mut host, conf, &|pci| kubelet.withheld(pci))?;
     let pf = host.pf(&vf.pf).map_err(|e| e.context(format!("VF {}", vf.pci)))?;
     let vf_original =
         NetlinkPf(&mut host.route).vf_state(&pf, vf.index).ctx(|| format!("reading the VF table of PF {}", pf.name))?;
-    let plan = vf::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
+    let plan = vf_setting::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
     if vf_original.is_none() {
         if let Some(s) = plan.first() {
             return Err(CniError::io(format!(
@@ -128,34 +41,19 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
             )));
         }
     }
-    let netdev = if vf.userspace() {
-        None
-    } else {
-        let name = vf.netdev.as_deref().ok_or_else(|| {
-            CniError::io(format!(
-                "VF {} (driver {}) has no netdev in the host namespace; is it attached elsewhere?",
-                vf.pci,
-                vf.driver.as_deref().unwrap_or("none")
-            ))
-        })?;
-        let link = host
-            .route
-            .link_by_name(name)
-            .ctx(|| format!("looking up VF {} ({name})", vf.pci))?
-            .ok_or_else(|| CniError::io(format!("VF {} netdev {name} is not in the host namespace", vf.pci)))?;
-        // The name was read from sysfs before the lock: the device moved must still be the VF's own.
-        if link.parent.as_deref().is_some_and(|p| p != vf.pci.as_str()) {
-            return Err(CniError::io(format!(
-                "netdev {name} is not VF {}'s (its parent device is {}); the VF's netdev was renamed meanwhile",
-                vf.pci,
-                link.parent.as_deref().unwrap_or_default()
-            )));
+    let netdev = match pool::host_netdev(&mut host.route, &vf)? {
+        None => None,
+        Some(link) => {
+            if pod
+                .route
+                .link_by_name(&env.ifname)
+                .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
+                .is_some()
+            {
+                return Err(CniError::io(format!("CNI_IFNAME {} is already taken in {}", env.ifname, env.netns)));
+            }
+            Some(link)
         }
-        if pod.route.link_by_name(&env.ifname).ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?.is_some()
-        {
-            return Err(CniError::io(format!("CNI_IFNAME {} is already taken in {}", env.ifname, env.netns)));
-        }
-        Some(link)
     };
     let (rdma, move_rdma, rdma_sock) = prepare_rdma(&mut host, conf, &vf, netdev.as_ref().map(|l| l.index))?;
     let rec = Attachment {
@@ -258,7 +156,7 @@ fn prepare_rdma(
 
 /// The steps, in order, then what needs no undo of its own: addresses and routes (they live on the netdev in
 /// the pod and leave with it) and the RoCE GID lookup (it only reads).
-fn attach(cx: &mut Apply, plan: &[vf::VfSetting], move_rdma: bool) -> CniResult<AttachResult> {
+fn attach(cx: &mut Apply, plan: &[VfSetting], move_rdma: bool) -> CniResult<AttachResult> {
     if cx.rec.vf_original.is_some() {
         for step in Step::plan(plan) {
             cx.run(step)?;

@@ -95,11 +95,11 @@ impl KubeletClaims {
         )))
     }
 
-    /// `pfName`: whether ADD must pass over this VF, one the kubelet manages and did not allocate to this pod.
-    pub fn withheld(&self, pci: &PciAddr) -> bool {
-        self.checkpoint.as_ref().is_some_and(|cp| {
-            cp.resource_of(pci).is_some() && !self.pod_uid.as_ref().is_some_and(|uid| cp.allocated_to(uid, pci))
-        })
+    /// `pfName`: the resource of a VF ADD must pass over, one the kubelet manages and did not allocate to this pod.
+    pub fn withheld(&self, pci: &PciAddr) -> Option<String> {
+        let cp = self.checkpoint.as_ref()?;
+        let resource = cp.resource_of(pci)?;
+        (!self.pod_uid.as_ref().is_some_and(|uid| cp.allocated_to(uid, pci))).then(|| resource.to_string())
     }
 }
 

@@ -3,8 +3,8 @@
 //! (journal.rs) applies and undoes its steps.
 
 use crate::kernel::link::Link;
-use crate::kernel::vf::{VfSetting, VfState};
 use crate::model::{guid_str, Mac, PciAddr};
+use crate::vf_setting::{AdminMac, IbGuid, VfSetting, VfState};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -81,21 +81,21 @@ impl Step {
     /// The configured PF settings as steps, in the order ADD applies them: the plain settings, then the admin MAC
     /// (so that its undo, which has the VF change its own MAC, runs before trust is restored), then the GUID.
     pub fn plan(settings: &[VfSetting]) -> Vec<Step> {
-        let mut out: Vec<Step> = settings
-            .iter()
-            .filter(|s| !matches!(s, VfSetting::Mac(_) | VfSetting::Guid { .. }))
-            .cloned()
-            .map(Step::PfSetting)
-            .collect();
-        out.extend(settings.iter().filter_map(|s| match s {
-            VfSetting::Mac(m) => Some(Step::AdminMac(*m)),
-            _ => None,
-        }));
-        out.extend(settings.iter().filter_map(|s| match s {
-            VfSetting::Guid { node, port } => Some(Step::IbGuid { node: *node, port: *port }),
-            _ => None,
-        }));
-        out
+        let steps = settings.iter().cloned().map(Step::of_setting);
+        let (mut plain, late): (Vec<Step>, Vec<Step>) = steps.partition(|s| matches!(s, Step::PfSetting(_)));
+        let (mac, guid): (Vec<Step>, Vec<Step>) = late.into_iter().partition(|s| matches!(s, Step::AdminMac(_)));
+        plain.extend(mac);
+        plain.extend(guid);
+        plain
+    }
+
+    /// The step that makes a PF-side setting: the admin MAC and the GUID are steps of their own.
+    pub fn of_setting(s: VfSetting) -> Step {
+        match s {
+            VfSetting::AdminMac(AdminMac { mac }) => Step::AdminMac(mac),
+            VfSetting::IbGuid(IbGuid { node, port }) => Step::IbGuid { node, port },
+            s => Step::PfSetting(s),
+        }
     }
 
     /// What the step does, in a few words (logs, `doctor`).
@@ -115,8 +115,8 @@ impl Step {
     pub fn pf_setting(&self) -> Option<VfSetting> {
         match self {
             Step::PfSetting(s) => Some(s.clone()),
-            Step::AdminMac(m) => Some(VfSetting::Mac(*m)),
-            Step::IbGuid { node, port } => Some(VfSetting::Guid { node: *node, port: *port }),
+            Step::AdminMac(m) => Some(AdminMac { mac: *m }.into()),
+            Step::IbGuid { node, port } => Some(IbGuid { node: *node, port: *port }.into()),
             _ => None,
         }
     }
@@ -149,25 +149,26 @@ pub struct GidIndex {
 mod tests {
     use super::*;
     use crate::model::{LinkState, VlanProto};
+    use crate::vf_setting::{Trust, TxRate, VfLinkState, Vlan};
 
     #[test]
     fn the_plan_puts_the_admin_mac_after_the_plain_settings_and_the_guid_last() {
         let settings = vec![
-            VfSetting::Mac(Mac([2, 0, 0, 0, 0, 1])),
-            VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q },
-            VfSetting::Trust(true),
-            VfSetting::LinkState(LinkState::Enable),
-            VfSetting::Guid { node: 7, port: 7 },
-            VfSetting::Rate { min: 0, max: 10 },
+            AdminMac { mac: Mac([2, 0, 0, 0, 0, 1]) }.into(),
+            Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q }.into(),
+            Trust { on: true }.into(),
+            VfLinkState { state: LinkState::Enable }.into(),
+            IbGuid { node: 7, port: 7 }.into(),
+            TxRate { min: 0, max: 10 }.into(),
         ];
         let plan = Step::plan(&settings);
         assert_eq!(
             plan,
             vec![
-                Step::PfSetting(VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q }),
-                Step::PfSetting(VfSetting::Trust(true)),
-                Step::PfSetting(VfSetting::LinkState(LinkState::Enable)),
-                Step::PfSetting(VfSetting::Rate { min: 0, max: 10 }),
+                Step::PfSetting(Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q }.into()),
+                Step::PfSetting(Trust { on: true }.into()),
+                Step::PfSetting(VfLinkState { state: LinkState::Enable }.into()),
+                Step::PfSetting(TxRate { min: 0, max: 10 }.into()),
                 Step::AdminMac(Mac([2, 0, 0, 0, 0, 1])),
                 Step::IbGuid { node: 7, port: 7 },
             ]

@@ -9,8 +9,9 @@ use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code, Failures, IoContext};
 use crate::kernel::sysfs::Sysfs;
-use crate::kernel::vf::{NetlinkPf, PfControl, VfSetting, VfState};
+use crate::kernel::vf::{NetlinkPf, PfControl};
 use crate::model::{IpNet, Mac};
+use crate::vf_setting::{VfSetting, VfState};
 use serde_json::Value;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -199,10 +200,12 @@ pub fn status(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
 mod tests {
     use super::*;
     use crate::model::VlanProto;
+    use crate::vf_setting::{Trust, Vlan};
 
     #[test]
     fn check_holds_the_pf_to_what_add_set_including_the_vlan_protocol() {
-        let plan = [VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Ad }, VfSetting::Trust(true)];
+        let plan: [VfSetting; 2] =
+            [Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Ad }.into(), Trust { on: true }.into()];
         let fell_back =
             VfState { vlan: 100, qos: 0, vlan_proto: Some(VlanProto::Dot1Q), trust: Some(true), ..VfState::default() };
         assert_eq!(unheld(&plan, &fell_back), Some(&plan[0]), "an 802.1ad VLAN that fell back to 802.1Q");

@@ -10,6 +10,7 @@ use super::state::Store;
 use crate::cni::config::NetConf;
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult};
+use crate::kernel::sysfs::Presence;
 
 pub fn del(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let mut host = Host::open(paths)?;
@@ -73,8 +74,8 @@ pub fn release(
 /// or `sriov-rdma gc`.
 fn came_back(host: &mut Host, rec: &Attachment, netns: &str) -> CniResult<()> {
     let Some(orig) = &rec.netdev else { return Ok(()) };
-    // Gone from sysfs, or bound to no driver (an interrupted rebind; the undo binds it): in no namespace at all.
-    if !host.sysfs.pci_dir(&rec.pci).exists() || host.sysfs.driver(&rec.pci).is_none() {
+    // In no namespace at all (an unbound VF is bound again by the undo): nothing to wait for.
+    if host.sysfs.presence(&rec.pci) != Presence::Bound {
         return Ok(());
     }
     if find_host_netdev(host, rec, &orig.name, RETURN_WAIT)?.is_some() {

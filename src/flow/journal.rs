@@ -19,8 +19,9 @@ use crate::cni::error::{CniError, CniResult, Failures, IoContext};
 use crate::kernel::confined::{is_symlink_refusal, Confined};
 use crate::kernel::link::Link;
 use crate::kernel::rdma::RdmaSocket;
-use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl, VfSetting, VfState};
+use crate::kernel::vf::{self, NetlinkPf, Pf, PfControl};
 use crate::model::Mac;
+use crate::vf_setting::{AdminMac, IbGuid, VfSetting, VfState};
 use netlink_packet_route::link::LinkAttribute;
 use std::time::Duration;
 
@@ -30,11 +31,11 @@ impl Step {
         match self {
             Step::PfSetting(s) => cx.set_on_pf(s),
             Step::AdminMac(mac) => {
-                cx.set_on_pf(&VfSetting::Mac(*mac))?;
+                cx.set_on_pf(&AdminMac { mac: *mac }.into())?;
                 netdev::take_admin_mac(cx.s.host, &mut cx.rec, *mac)
             }
             Step::IbGuid { node, port } => {
-                cx.set_on_pf(&VfSetting::Guid { node: *node, port: *port })?;
+                cx.set_on_pf(&IbGuid { node: *node, port: *port }.into())?;
                 if cx.rec.driver.as_deref() == Some("mlx5_core") {
                     cx.refresh_after_rebind()?;
                 }
@@ -79,7 +80,7 @@ impl Step {
             Step::AdminMac(mac) => u.undo_admin_mac(*mac),
             Step::IbGuid { node, port } => {
                 u.bind_if_unbound();
-                u.restore_on_pf(&VfSetting::Guid { node: *node, port: *port });
+                u.restore_on_pf(&IbGuid { node: *node, port: *port }.into());
                 if u.rec.driver.as_deref() == Some("mlx5_core") {
                     // mlx5 takes the restored GUID only when bound again; the netdev comes back with driver defaults.
                     match u.s.host.sysfs.rebind(&u.rec.pci) {
@@ -471,21 +472,22 @@ impl Unwind<'_> {
         let wait = if self.bind_if_unbound() { RETURN_WAIT } else { Duration::ZERO };
         let Some(cur) = self.host_netdev(wait) else {
             // No netdev to register a MAC (userspace driver, or it never came back): the PF row alone.
-            return self.restore_on_pf(&VfSetting::Mac(mac));
+            return self.restore_on_pf(&AdminMac { mac }.into());
         };
         let pf = match self.pf() {
             Ok(pf) => pf,
             Err(e) => return self.fail(e),
         };
         let zero = Mac([0; 6]);
-        if let Err(e) = NetlinkPf(&mut self.s.host.route).apply(&pf, self.rec.vf_index, &VfSetting::Mac(zero)) {
+        if let Err(e) = NetlinkPf(&mut self.s.host.route).apply(&pf, self.rec.vf_index, &AdminMac { mac: zero }.into())
+        {
             crate::debug!("VF {}: clearing the admin MAC on PF {}: {e}", self.rec.pci, pf.name);
         }
         if let Err(e) = netdev::set_own_mac(self.s.host, self.rec, &cur, true) {
             self.fail(e);
         }
         if self.rec.vf_original.as_ref().and_then(|o| o.mac).is_some_and(|o| o != zero) {
-            self.restore_on_pf(&VfSetting::Mac(mac));
+            self.restore_on_pf(&AdminMac { mac }.into());
         }
         self.pf.row = None;
         // A rebind during ADD (igb) brought the netdev back with the driver's defaults.

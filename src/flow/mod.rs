@@ -10,6 +10,7 @@ pub mod ipam;
 pub mod journal;
 pub mod netdev;
 pub mod orphans;
+pub mod pool;
 pub mod rdma;
 pub mod record;
 pub mod signals;

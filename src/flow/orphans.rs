@@ -11,7 +11,7 @@ use crate::cni::env::CniEnv;
 use crate::cni::error::CniResult;
 use crate::kernel::link::RouteSocket;
 use crate::kernel::netns::Netns;
-use crate::kernel::sysfs::{Sysfs, Vf};
+use crate::kernel::sysfs::{Presence, Sysfs, Vf};
 use crate::model::PciAddr;
 use serde::Serialize;
 use std::time::Duration;
@@ -50,12 +50,11 @@ pub fn whereabouts_in(sysfs: &Sysfs, route: &mut RouteSocket, rec: &Attachment) 
     let Some(orig) = &rec.netdev else {
         return Ok(if gone { Whereabouts::Orphan } else { Whereabouts::Live });
     };
-    if !sysfs.pci_dir(&rec.pci).exists() {
-        return Ok(Whereabouts::Orphan);
-    }
-    // Bound to no driver (an interrupted rebind): in no namespace; an orphan once its pod's namespace is gone.
-    if sysfs.driver(&rec.pci).is_none() {
-        return Ok(if gone { Whereabouts::Orphan } else { Whereabouts::Live });
+    match sysfs.presence(&rec.pci) {
+        Presence::Gone => return Ok(Whereabouts::Orphan),
+        // An interrupted rebind: in no namespace; an orphan once its pod's namespace is gone.
+        Presence::Unbound => return Ok(if gone { Whereabouts::Orphan } else { Whereabouts::Live }),
+        Presence::Bound => {}
     }
     if find_host_netdev_in(sysfs, route, rec, &orig.name, Duration::ZERO)?.is_some() {
         return Ok(Whereabouts::Orphan);
@@ -63,10 +62,11 @@ pub fn whereabouts_in(sysfs: &Sysfs, route: &mut RouteSocket, rec: &Attachment) 
     Ok(if gone { Whereabouts::Held } else { Whereabouts::Live })
 }
 
-/// Whether the record is an orphan, for a report: a host that cannot be read (no route socket) says no.
-pub fn is_orphan(sysfs: &Sysfs, rec: &Attachment) -> bool {
-    let Ok(mut route) = RouteSocket::new() else { return false };
-    matches!(whereabouts_in(sysfs, &mut route, rec), Ok(Whereabouts::Orphan))
+/// Whether the record is an orphan, for a report, over the command's one route socket: a host that cannot be read
+/// (no route socket) says no.
+pub fn is_orphan(sysfs: &Sysfs, route: &mut Option<RouteSocket>, rec: &Attachment) -> bool {
+    let Some(route) = route.as_mut() else { return false };
+    matches!(whereabouts_in(sysfs, route, rec), Ok(Whereabouts::Orphan))
 }
 
 /// The VF as sysfs shows it after a reclaim, with the netdev name the reclaim left it under.

@@ -12,9 +12,11 @@
 
 use super::attachment::{Attachment, Found, GidIndex, RdmaRecord, Step};
 use crate::kernel::link::Link;
-use crate::kernel::vf::{planned, VfSetting, VfState};
-use crate::model::{guid_str, parse_guid, LinkState, Mac, PciAddr, VfSettings, VlanProto};
-use serde::{Deserialize, Serialize};
+use crate::model::{guid_str, LinkState, Mac, PciAddr, VlanProto};
+use crate::vf_setting::{planned, VfSetting, VfSettings, VfState};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -50,17 +52,37 @@ struct V2 {
     journal: Vec<StepV2>,
 }
 
-/// One journal entry: `{"step": "<kind>", …}`.
+/// One journal entry: `{"step": "<kind>", …}`. A PF-side setting is written as its definition says
+/// (`VfSetting`, in src/vf_setting.rs), the other steps as `OwnStep`.
+enum StepV2 {
+    Setting(VfSetting),
+    Own(OwnStep),
+}
+
+impl Serialize for StepV2 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            StepV2::Setting(v) => v.serialize(s),
+            StepV2::Own(o) => o.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StepV2 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        let setting = v.get("step").and_then(Value::as_str).is_some_and(|k| VfSetting::STEPS.contains(&k));
+        if setting {
+            VfSetting::deserialize(v).map(StepV2::Setting).map_err(serde::de::Error::custom)
+        } else {
+            OwnStep::deserialize(v).map(StepV2::Own).map_err(serde::de::Error::custom)
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "kebab-case")]
-enum StepV2 {
-    Vlan { vlan: u16, qos: u8, proto: String },
-    Spoofchk { on: bool },
-    Trust { on: bool },
-    LinkState { state: String },
-    TxRate { min: u32, max: u32 },
-    AdminMac { mac: String },
-    IbGuid { node: String, port: String },
+enum OwnStep {
     RdmaIn { device: String, index: Option<u32> },
     NetdevIn,
     Ipam,
@@ -128,38 +150,37 @@ struct VfRowV1 {
 }
 
 impl VfRowV1 {
+    /// Format 2's row, with the GUIDs as text.
     fn read(self) -> Result<VfState, String> {
-        VfRow {
-            mac: self.mac,
-            vlan: self.vlan,
-            qos: self.qos,
-            vlan_proto: self.vlan_proto,
-            spoofchk: self.spoofchk,
-            trust: self.trust,
-            link_state: self.link_state,
-            min_tx_rate: self.min_tx_rate,
-            max_tx_rate: self.max_tx_rate,
-            node_guid: self.node_guid.map(guid_str),
-            port_guid: self.port_guid.map(guid_str),
+        let mut v = serde_json::to_value(&self).map_err(|e| e.to_string())?;
+        for key in ["node_guid", "port_guid"] {
+            if let Some(g) = v[key].as_u64() {
+                v[key] = Value::from(guid_str(g));
+            }
         }
-        .read()
+        VfState::from_record(v.as_object().ok_or("a VF row is not an object")?)
     }
 }
 
-/// Format 2's: GUIDs as `00:11:22:33:44:55:66:77`.
-#[derive(Serialize, Deserialize)]
-struct VfRow {
-    mac: Option<String>,
-    vlan: u16,
-    qos: u8,
-    vlan_proto: Option<String>,
-    spoofchk: Option<bool>,
-    trust: Option<bool>,
-    link_state: Option<String>,
-    min_tx_rate: u32,
-    max_tx_rate: u32,
-    node_guid: Option<String>,
-    port_guid: Option<String>,
+/// Format 2's row: every setting's fields, as its definition writes them (GUIDs as `00:11:22:33:44:55:66:77`).
+struct VfRow(VfState);
+
+impl Serialize for VfRow {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let fields = self.0.to_record();
+        let mut m = s.serialize_map(Some(fields.len()))?;
+        for (k, v) in &fields {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for VfRow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m = Map::<String, Value>::deserialize(d)?;
+        VfState::from_record(&m).map(VfRow).map_err(serde::de::Error::custom)
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -214,55 +235,8 @@ fn mac(s: &str) -> Result<Mac, String> {
     s.parse().map_err(|_| bad("MAC", s))
 }
 
-/// `00:11:22:33:44:55:66:77`, as `guid_str` writes it.
-fn guid(s: &str) -> Result<u64, String> {
-    parse_guid(s).ok_or_else(|| bad("GUID", s))
-}
-
 fn pci(s: &str) -> Result<PciAddr, String> {
     PciAddr::parse(s).map_err(|_| bad("PCI address", s))
-}
-
-fn proto(s: &str) -> Result<VlanProto, String> {
-    VlanProto::parse(s, false).ok_or_else(|| bad("VLAN protocol", s))
-}
-
-fn state(s: &str) -> Result<LinkState, String> {
-    LinkState::parse(s).ok_or_else(|| bad("link state", s))
-}
-
-impl VfRow {
-    fn of(s: &VfState) -> VfRow {
-        VfRow {
-            mac: s.mac.map(|m| m.to_string()),
-            vlan: s.vlan,
-            qos: s.qos,
-            vlan_proto: s.vlan_proto.map(|p| p.as_str().to_string()),
-            spoofchk: s.spoofchk,
-            trust: s.trust,
-            link_state: s.link_state.map(|l| l.as_str().to_string()),
-            min_tx_rate: s.min_tx_rate,
-            max_tx_rate: s.max_tx_rate,
-            node_guid: s.node_guid.map(guid_str),
-            port_guid: s.port_guid.map(guid_str),
-        }
-    }
-
-    fn read(self) -> Result<VfState, String> {
-        Ok(VfState {
-            mac: self.mac.as_deref().map(mac).transpose()?,
-            vlan: self.vlan,
-            qos: self.qos,
-            vlan_proto: self.vlan_proto.as_deref().map(proto).transpose()?,
-            spoofchk: self.spoofchk,
-            trust: self.trust,
-            link_state: self.link_state.as_deref().map(state).transpose()?,
-            min_tx_rate: self.min_tx_rate,
-            max_tx_rate: self.max_tx_rate,
-            node_guid: self.node_guid.as_deref().map(guid).transpose()?,
-            port_guid: self.port_guid.as_deref().map(guid).transpose()?,
-        })
-    }
 }
 
 impl Netdev {
@@ -306,40 +280,26 @@ fn read_gids(g: Vec<GidV>) -> Result<Vec<GidIndex>, String> {
 
 impl StepV2 {
     fn of(s: &Step) -> StepV2 {
-        match s {
-            Step::PfSetting(VfSetting::Vlan { vlan, qos, proto }) => {
-                StepV2::Vlan { vlan: *vlan, qos: *qos, proto: proto.as_str().to_string() }
-            }
-            Step::PfSetting(VfSetting::SpoofChk(on)) => StepV2::Spoofchk { on: *on },
-            Step::PfSetting(VfSetting::Trust(on)) => StepV2::Trust { on: *on },
-            Step::PfSetting(VfSetting::LinkState(s)) => StepV2::LinkState { state: s.as_str().to_string() },
-            Step::PfSetting(VfSetting::Rate { min, max }) => StepV2::TxRate { min: *min, max: *max },
-            // Steps of their own in the journal; never built as a PfSetting (see Step::plan).
-            Step::PfSetting(VfSetting::Mac(m)) | Step::AdminMac(m) => StepV2::AdminMac { mac: m.to_string() },
-            Step::PfSetting(VfSetting::Guid { node, port }) | Step::IbGuid { node, port } => {
-                StepV2::IbGuid { node: guid_str(*node), port: guid_str(*port) }
-            }
-            Step::RdmaIn(d) => StepV2::RdmaIn { device: d.name.clone(), index: d.index },
-            Step::NetdevIn => StepV2::NetdevIn,
-            Step::Ipam => StepV2::Ipam,
-            Step::DeviceInfo(p) => StepV2::DeviceInfo { path: p.display().to_string() },
+        match s.pf_setting() {
+            Some(v) => StepV2::Setting(v),
+            None => StepV2::Own(match s {
+                Step::RdmaIn(d) => OwnStep::RdmaIn { device: d.name.clone(), index: d.index },
+                Step::NetdevIn => OwnStep::NetdevIn,
+                Step::Ipam => OwnStep::Ipam,
+                Step::DeviceInfo(p) => OwnStep::DeviceInfo { path: p.display().to_string() },
+                Step::PfSetting(_) | Step::AdminMac(_) | Step::IbGuid { .. } => unreachable!("a PF-side setting"),
+            }),
         }
     }
 
-    fn read(self) -> Result<Step, String> {
-        Ok(match self {
-            StepV2::Vlan { vlan, qos, proto: p } => Step::PfSetting(VfSetting::Vlan { vlan, qos, proto: proto(&p)? }),
-            StepV2::Spoofchk { on } => Step::PfSetting(VfSetting::SpoofChk(on)),
-            StepV2::Trust { on } => Step::PfSetting(VfSetting::Trust(on)),
-            StepV2::LinkState { state: s } => Step::PfSetting(VfSetting::LinkState(state(&s)?)),
-            StepV2::TxRate { min, max } => Step::PfSetting(VfSetting::Rate { min, max }),
-            StepV2::AdminMac { mac: m } => Step::AdminMac(mac(&m)?),
-            StepV2::IbGuid { node, port } => Step::IbGuid { node: guid(&node)?, port: guid(&port)? },
-            StepV2::RdmaIn { device, index } => Step::RdmaIn(Found { name: device, index }),
-            StepV2::NetdevIn => Step::NetdevIn,
-            StepV2::Ipam => Step::Ipam,
-            StepV2::DeviceInfo { path } => Step::DeviceInfo(PathBuf::from(path)),
-        })
+    fn read(self) -> Step {
+        match self {
+            StepV2::Setting(v) => Step::of_setting(v),
+            StepV2::Own(OwnStep::RdmaIn { device, index }) => Step::RdmaIn(Found { name: device, index }),
+            StepV2::Own(OwnStep::NetdevIn) => Step::NetdevIn,
+            StepV2::Own(OwnStep::Ipam) => Step::Ipam,
+            StepV2::Own(OwnStep::DeviceInfo { path }) => Step::DeviceInfo(PathBuf::from(path)),
+        }
     }
 }
 
@@ -356,7 +316,7 @@ pub fn encode(a: &Attachment) -> serde_json::Result<Vec<u8>> {
         pf_pci: a.pf_pci.to_string(),
         vf_index: a.vf_index,
         driver: a.driver.clone(),
-        vf_original: a.vf_original.as_ref().map(VfRow::of),
+        vf_original: a.vf_original.clone().map(VfRow),
         netdev: a.netdev.as_ref().map(Netdev::of),
         mtu: a.mtu,
         complete: a.complete,
@@ -405,7 +365,7 @@ impl V2 {
             pf_pci: pci(&self.pf_pci)?,
             vf_index: self.vf_index,
             driver: self.driver,
-            vf_original: self.vf_original.map(VfRow::read).transpose()?,
+            vf_original: self.vf_original.map(|r| r.0),
             netdev: self.netdev.map(Netdev::read).transpose()?,
             mtu: self.mtu,
             complete: self.complete,
@@ -413,13 +373,16 @@ impl V2 {
             rdma: self.rdma.map(Rdma::read).transpose()?,
             ipam_config: self.ipam_config,
             cni_path: self.cni_path.into_iter().map(PathBuf::from).collect(),
-            journal: self.journal.into_iter().map(StepV2::read).collect::<Result<_, _>>()?,
+            journal: self.journal.into_iter().map(StepV2::read).collect(),
         })
     }
 }
 
 impl SettingsV1 {
+    /// The configured settings of formats 0 and 1 (frozen: a later setting is never in them).
     fn read(self) -> Result<VfSettings, String> {
+        let proto = |s: &str| VlanProto::parse(s, false).ok_or_else(|| bad("VLAN protocol", s));
+        let link_state = |s: &str| LinkState::parse(s).ok_or_else(|| bad("link state", s));
         Ok(VfSettings {
             mac: self.mac.as_deref().map(mac).transpose()?,
             vlan: self.vlan,
@@ -427,7 +390,7 @@ impl SettingsV1 {
             vlan_proto: self.vlan_proto.as_deref().map(proto).transpose()?,
             spoofchk: self.spoofchk,
             trust: self.trust,
-            link_state: self.link_state.as_deref().map(state).transpose()?,
+            link_state: self.link_state.as_deref().map(link_state).transpose()?,
             min_tx_rate: self.min_tx_rate,
             max_tx_rate: self.max_tx_rate,
             guid: self.guid,
@@ -483,6 +446,7 @@ impl V1 {
 /// The record that tests/data/record-2.json holds, built from the in-memory types.
 #[cfg(test)]
 pub(crate) fn sample() -> Attachment {
+    use crate::vf_setting::{SpoofChk, Trust, TxRate, VfLinkState, Vlan};
     Attachment {
         network: "rdma-net".into(),
         container_id: "c1".into(),
@@ -528,11 +492,11 @@ pub(crate) fn sample() -> Attachment {
         ),
         cni_path: vec!["/opt/cni/bin".into()],
         journal: vec![
-            Step::PfSetting(VfSetting::Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q }),
-            Step::PfSetting(VfSetting::SpoofChk(true)),
-            Step::PfSetting(VfSetting::Trust(true)),
-            Step::PfSetting(VfSetting::LinkState(LinkState::Enable)),
-            Step::PfSetting(VfSetting::Rate { min: 0, max: 500 }),
+            Step::PfSetting(Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q }.into()),
+            Step::PfSetting(SpoofChk { on: true }.into()),
+            Step::PfSetting(Trust { on: true }.into()),
+            Step::PfSetting(VfLinkState { state: LinkState::Enable }.into()),
+            Step::PfSetting(TxRate { min: 0, max: 500 }.into()),
             Step::AdminMac("02:00:00:00:aa:01".parse().unwrap()),
             Step::IbGuid { node: 0x0102_0304_0506_0708, port: 0x0102_0304_0506_0708 },
             Step::RdmaIn(Found { name: "mlx5_3".into(), index: Some(4) }),
@@ -546,6 +510,7 @@ pub(crate) fn sample() -> Attachment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vf_setting::{Trust, Vlan};
 
     const GOLDEN_2: &str = include_str!("../../tests/data/record-2.json");
 
@@ -580,8 +545,8 @@ mod tests {
         assert_eq!(
             a.journal,
             vec![
-                Step::PfSetting(VfSetting::Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q }),
-                Step::PfSetting(VfSetting::Trust(true)),
+                Step::PfSetting(Vlan { vlan: 100, qos: 0, proto: VlanProto::Dot1Q }.into()),
+                Step::PfSetting(Trust { on: true }.into()),
                 Step::AdminMac("02:00:00:00:aa:01".parse().unwrap()),
                 Step::IbGuid { node: 5, port: 5 },
                 Step::RdmaIn(Found { name: "mlx5_3".into(), index: Some(4) }),

@@ -100,6 +100,17 @@ impl std::fmt::Display for NotUsable {
     }
 }
 
+/// Where sysfs has a PCI function ([`Sysfs::presence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    /// Not in sysfs (removed, or its PF's VFs were disabled).
+    Gone,
+    /// In sysfs, bound to no driver.
+    Unbound,
+    /// Bound to a driver.
+    Bound,
+}
+
 impl Sysfs {
     /// The sysfs at `root`: the kernel's, wherever it is mounted, unless the tree is marked as a fixture.
     pub fn at(root: PathBuf) -> Sysfs {
@@ -177,6 +188,18 @@ impl Sysfs {
     /// The driver a PCI function is bound to.
     pub fn driver(&self, pci: &PciAddr) -> Option<String> {
         link_name(&self.pci_dir(pci).join("driver"))
+    }
+
+    /// Whether a PCI function is there and bound. A VF gone from sysfs, or bound to no driver (an interrupted
+    /// rebind), has no netdev: it is in no namespace at all, neither a pod's nor the host's.
+    pub fn presence(&self, pci: &PciAddr) -> Presence {
+        if !self.pci_dir(pci).exists() {
+            Presence::Gone
+        } else if self.driver(pci).is_none() {
+            Presence::Unbound
+        } else {
+            Presence::Bound
+        }
     }
 
     /// The PCI address of a PF netdev, if it is an SR-IOV PF.
@@ -400,6 +423,16 @@ mod tests {
         assert_eq!(vf.netdev.as_deref(), Some("ens1f0v1"));
         assert_eq!(vf.driver.as_deref(), Some("iavf"));
         assert!(!vf.userspace());
+    }
+
+    #[test]
+    fn presence_tells_gone_unbound_and_bound_apart() {
+        let (s, _t) = tree("presence");
+        assert_eq!(s.presence(&pci("0000:3b:02.1")), Presence::Bound);
+        assert_eq!(s.presence(&pci("0000:99:00.1")), Presence::Gone);
+        fs::remove_file(s.pci_dir(&pci("0000:3b:02.1")).join("driver")).unwrap();
+        assert_eq!(s.presence(&pci("0000:3b:02.1")), Presence::Unbound);
+        let _ = fs::remove_dir_all(&s.root);
     }
 
     #[test]

@@ -19,6 +19,10 @@ for b in kubelet; do cp "$(dir kubernetes)/$b" "$root/usr/bin/"; done
 for b in containerd containerd-shim-runc-v2 ctr; do cp "$(dir containerd)/$b" "$root/usr/bin/"; done
 cp "$(dir runc)/runc" "$(dir cri-tools)/crictl" "$root/usr/bin/"
 cp "$(dir multus)/multus" "$root/opt/cni/bin/"
+# The device plugin's binary on the node's PATH, as an operator installs it for `sriov-rdma doctor` to name the
+# pods that hold VFs (it asks the kubelet's pod-resources API through it); the DaemonSet runs its own copy.
+top=$(cd "$here/../.." && pwd)
+cp "$top/target/release/sriov-rdma-device-plugin" "$root/usr/bin/" || die "no target/release/sriov-rdma-device-plugin (make release)"
 # Debian's reference plugins (containernetworking-plugins) for the cluster network Multus delegates to.
 for p in ptp host-local loopback; do cp /usr/lib/cni/$p "$root/opt/cni/bin/"; done
 "$here/build-images.sh" "$root/images" >/dev/null

@@ -142,6 +142,17 @@ if up "$t" rdma-a rdma-b; then
   done
   [ -n "$IA" ] && [ -n "$IB" ] || why="$why VF index of $VFA/$VFB not found;"
   pass_or "pf-rows($PF1 vf $IA, $PF2 vf $IB: vlan 100 qos 3, spoofchk on, trust on)"
+  # doctor on the node names the pods that hold the VFs: the kubelet's checkpoint (pod UID) and its pod-resources
+  # API (namespace/name, through the device plugin's binary).
+  why=""
+  out=$(onnode '/opt/cni/bin/sriov-rdma doctor' 2>&1)
+  for p in a b; do
+    v=$([ $p = a ] && echo "$VFA" || echo "$VFB"); uid=$(k get pod rdma-$p -o 'jsonpath={.metadata.uid}')
+    echo "$out" | grep -q "VF $v (sriov-rdma/pf[12]) allocated by the kubelet to default/rdma-$p (uid $uid) container worker" \
+      || why="$why no line for rdma-$p ($v, uid $uid);"
+  done
+  [ -z "$why" ] || why="$why doctor: $(echo "$out" | grep -E 'allocated by the kubelet|pod names unknown' | tr '\n' ' ')"
+  pass_or "doctor-kubelet-holders($(echo "$out" | grep -m1 -o 'VF [^ ]* ([^)]*) allocated by the kubelet to default/rdma-a'))"
   # Traffic between the containers over the VFs and the wire between the PFs (VLAN 100 both ends).
   if out=$(inpod rdma-a "ping -c 3 -w 10 $B" 2>&1); then pass "ping(rdma-a → rdma-b over net1: $(echo "$out" | tail -1))"
   else fail ping "$(echo "$out" | tail -2 | tr '\n' ' ')"; fi
@@ -291,7 +302,7 @@ PFPCI=$(onnode "basename \$(readlink /sys/class/net/$PF1/device)" 2>/dev/null)
 bad not-a-vf '' - "$PFPCI" 'deviceID'
 # A tenant's pod that requests no VF but names one (free, offered by the device plugin) in its network selection
 # element: Multus hands that deviceID on; the plugin refuses a VF the kubelet manages but did not allocate to the pod.
-bad steal '' - "$(vf_pci "$PF1" 0)" 'STEAL_ERROR_TEXT'
+bad steal '' - "$(vf_pci "$PF1" 0)" 'the kubelet manages this VF as resource sriov-rdma/pf1 and allocated it to no pod'
 gone bad-rate bad-not-a-vf bad-steal
 restored 30 && pass "bad-then-gone(node unchanged after the failed pods are deleted)" \
   || fail bad-then-gone "$(echo "$NOW" | tr '\n' ';')"
