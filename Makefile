@@ -31,8 +31,9 @@ image: deps release
 deps:
 	./scripts/install-deps.sh
 
-# The test command: lint, unit and real-netns integration tests, then the emulated SR-IOV machine (root).
-test: unit e2e
+# The test command: lint, unit and real-netns integration tests, then the emulated SR-IOV machine (root), then
+# the Kubernetes node on it.
+test: unit e2e k8s-e2e
 
 # The soak, crash and fuzz tests run on their own line with --nocapture so their figures (cycles/s,
 # seeds, trials, iterations) show; plain `cargo test` runs them with everything else.
