@@ -315,8 +315,9 @@ bad rate ',"max_tx_rate":"fast"' sriov-rdma/pf1 "" 'max_tx_rate'
 PFPCI=$(onnode "basename \$(readlink /sys/class/net/$PF1/device)" 2>/dev/null)
 bad not-a-vf '' - "$PFPCI" 'deviceID'
 # A tenant's pod that requests no VF but names one (free, offered by the device plugin) in its network selection
-# element: Multus hands that deviceID on; the plugin refuses a VF the kubelet manages but did not allocate to the pod.
-bad steal '' - "$(vf_pci "$PF1" 0)" 'the kubelet manages this VF as resource sriov-rdma/pf1 and allocated it to no pod'
+# element: Multus hands that deviceID on; the plugin refuses a VF the kubelet manages but did not allocate to the pod
+# (to no pod, or to another: bad-rate's pod, still being deleted, may hold it).
+bad steal '' - "$(vf_pci "$PF1" 0)" 'the kubelet manages this VF as resource sriov-rdma/pf1 and allocated it to'
 gone bad-rate bad-not-a-vf bad-steal
 restored 30 && pass "bad-then-gone(node unchanged after the failed pods are deleted)" \
   || fail bad-then-gone "$(echo "$NOW" | tr '\n' ';')"
