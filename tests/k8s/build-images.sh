@@ -7,6 +7,7 @@
 #   localhost/sriov-rdma:VERSION   the installer image `make image` built (must exist)
 #   build-images.sh OUTDIR
 set -euo pipefail
+trap 'echo "build-images: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 out=${1:?usage: build-images.sh OUTDIR}
@@ -38,7 +39,7 @@ for so in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do copy_bin "$s
 for t in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ib_send_lat rping; do
   copy_bin "$(command -v "$t")" "/usr/bin/$t"
 done
-gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ { print $NF; exit }')
+gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ && !f { print $NF; f = 1 }') # reads all: an early exit would SIGPIPE ldconfig under pipefail
 copy_lib "${gcc_s:-/lib/x86_64-linux-gnu/libgcc_s.so.1}"
 tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/sbin' - localhost/sriov-rdma-pod:1 >/dev/null
 

@@ -4,6 +4,7 @@
 # the RDMA userspace (libibverbs with the rxe provider, ibv_* tools, perftest, rping) and iperf3,
 # sriov-rdma, the Debian IPAM plugins, and the scenario scripts as PID 1's work. Prints its path.
 set -euo pipefail
+trap 'echo "build-initramfs: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 cache=${CACHE:-$top/.cache/vm}
@@ -43,7 +44,7 @@ for so in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do copy_bin "$s
 for t in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ib_send_lat rping iperf3; do
   copy_bin "$(command -v "$t")" "/usr/bin/$t"
 done
-gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ { print $NF; exit }')
+gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ && !f { print $NF; f = 1 }') # reads all: an early exit would SIGPIPE ldconfig under pipefail
 copy_lib "${gcc_s:-/lib/x86_64-linux-gnu/libgcc_s.so.1}"
 cp "$here/rdma-probe.sh" "$root/rdma-probe.sh"
 
