@@ -109,6 +109,19 @@ t=$(ms)
 two_pods | k apply -f - >/dev/null
 if up "$t" rdma-a rdma-b; then
   say "pod start (kubectl apply → Ready with net1 carrier): rdma-a ${UP_MS_rdma_a} ms, rdma-b ${UP_MS_rdma_b} ms"
+  for p in rdma-a rdma-b; do # where the pod start went: its conditions and events, seconds after its creation
+    c=$(k get pod "$p" -o 'jsonpath={.metadata.creationTimestamp}{range .status.conditions[*]} {.type}={.lastTransitionTime}{end}' 2>/dev/null || true)
+    e=$(k get events --field-selector "involvedObject.name=$p" \
+          -o 'jsonpath={range .items[*]} {.reason}={.firstTimestamp}{.eventTime}{end}' 2>/dev/null || true)
+    t0=$(date -d "${c%% *}" +%s 2>/dev/null || echo 0); line=""
+    for kv in ${c#* } $e; do
+      ts=$(date -d "${kv#*=}" +%s 2>/dev/null) && line="$line ${kv%%=*}+$((ts - t0))s"
+    done
+    say "pod start: $p, seconds after creation:$line"
+    m=$(k get events --field-selector "involvedObject.name=$p,reason=FailedCreatePodSandBox" \
+          -o 'jsonpath={.items[*].message}' 2>/dev/null | cut -c1-700)
+    [ -z "$m" ] || say "pod start: $p's sandbox was retried: $m"
+  done
   allocated
   why=""
   for p in rdma-a rdma-b; do
