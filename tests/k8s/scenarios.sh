@@ -111,11 +111,12 @@ if up "$t" rdma-a rdma-b; then
   say "pod start (kubectl apply → Ready with net1 carrier): rdma-a ${UP_MS_rdma_a} ms, rdma-b ${UP_MS_rdma_b} ms"
   for p in rdma-a rdma-b; do # where the pod start went: its conditions and events, seconds after its creation
     c=$(k get pod "$p" -o 'jsonpath={.metadata.creationTimestamp}{range .status.conditions[*]} {.type}={.lastTransitionTime}{end}' 2>/dev/null || true)
-    e=$(k get events --field-selector "involvedObject.name=$p" \
-          -o 'jsonpath={range .items[*]} {.reason}={.firstTimestamp}{.eventTime}{end}' 2>/dev/null || true)
-    t0=$(date -d "${c%% *}" +%s 2>/dev/null || echo 0); line=""
+    e=$(k get events --field-selector "involvedObject.name=$p" --no-headers \
+          -o 'custom-columns=R:.reason,T:.firstTimestamp,E:.eventTime' 2>/dev/null \
+          | awk '{ print $1 "=" ($2 ~ /^<(none|nil)>$/ ? $3 : $2) }' || true)
+    c0=$(date -d "${c%% *}" +%s 2>/dev/null || echo 0); line=""
     for kv in ${c#* } $e; do
-      ts=$(date -d "${kv#*=}" +%s 2>/dev/null) && line="$line ${kv%%=*}+$((ts - t0))s"
+      ts=$(date -d "${kv#*=}" +%s 2>/dev/null) && line="$line ${kv%%=*}+$((ts - c0))s"
     done
     say "pod start: $p, seconds after creation:$line"
     m=$(k get events --field-selector "involvedObject.name=$p,reason=FailedCreatePodSandBox" \
