@@ -162,6 +162,13 @@ impl Checkpoint {
     pub fn allocated_to(&self, pod_uid: &str, pci: &PciAddr) -> bool {
         self.holders(pci).any(|a| a.pod_uid == pod_uid)
     }
+
+    /// The resource of a VF the kubelet manages and did not allocate to the pod `pod_uid` (to no pod given): a
+    /// VF ADD's `pfName` must pass over for that pod.
+    pub fn withheld<'a>(&'a self, pci: &PciAddr, pod_uid: Option<&str>) -> Option<&'a str> {
+        let resource = self.resource_of(pci)?;
+        (!pod_uid.is_some_and(|uid| self.allocated_to(uid, pci))).then_some(resource)
+    }
 }
 
 #[cfg(test)]

@@ -97,9 +97,7 @@ impl KubeletClaims {
 
     /// `pfName`: the resource of a VF ADD must pass over, one the kubelet manages and did not allocate to this pod.
     pub fn withheld(&self, pci: &PciAddr) -> Option<String> {
-        let cp = self.checkpoint.as_ref()?;
-        let resource = cp.resource_of(pci)?;
-        (!self.pod_uid.as_ref().is_some_and(|uid| cp.allocated_to(uid, pci))).then(|| resource.to_string())
+        self.checkpoint.as_ref()?.withheld(pci, self.pod_uid.as_deref()).map(str::to_string)
     }
 }
 

@@ -283,7 +283,8 @@ pub fn would_take(
              in for it) or pfName",
         ));
     }
-    let managed = |pci: &PciAddr| kubelet.and_then(|k| k.resource_of(pci)).map(str::to_string);
+    // doctor stands for no pod in particular: every VF the kubelet manages is withheld.
+    let managed = |pci: &PciAddr| kubelet.and_then(|k| k.withheld(pci, None)).map(str::to_string);
     if let (Some(VfSource::Device(pci)), Some(k)) = (&conf.source, kubelet) {
         if let Some(res) = k.resource_of(pci) {
             let pods: Vec<&str> = k.holders(pci).map(|a| a.pod_uid.as_str()).collect();
