@@ -39,8 +39,7 @@ for so in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do copy_bin "$s
 for t in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ib_send_lat rping; do
   copy_bin "$(command -v "$t")" "/usr/bin/$t"
 done
-gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ && !f { print $NF; f = 1 }') # reads all: an early exit would SIGPIPE ldconfig under pipefail
-copy_lib "${gcc_s:-/lib/x86_64-linux-gnu/libgcc_s.so.1}"
+copy_libgcc_s
 tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/sbin' - localhost/sriov-rdma-pod:1 >/dev/null
 
 for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 "localhost/sriov-rdma:$version"; do

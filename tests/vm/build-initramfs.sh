@@ -44,8 +44,7 @@ for so in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do copy_bin "$s
 for t in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ib_send_lat rping iperf3; do
   copy_bin "$(command -v "$t")" "/usr/bin/$t"
 done
-gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ && !f { print $NF; f = 1 }') # reads all: an early exit would SIGPIPE ldconfig under pipefail
-copy_lib "${gcc_s:-/lib/x86_64-linux-gnu/libgcc_s.so.1}"
+copy_libgcc_s
 cp "$here/rdma-probe.sh" "$root/rdma-probe.sh"
 
 # Modules: the modprobe --show-depends closure, in load order. crc32_generic first where it exists

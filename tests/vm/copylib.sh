@@ -8,3 +8,10 @@ copy_bin() { # copy_bin SRC DST: a binary (or shared object) and its shared libr
     copy_lib "$lib"
   done
 }
+# glibc dlopens libgcc_s.so.1 when a thread exits (ldd does not list it). awk reads ldconfig's whole output: an
+# early exit would SIGPIPE ldconfig, which under pipefail fails the build without a word.
+copy_libgcc_s() {
+  local gcc_s
+  gcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ && !f { print $NF; f = 1 }')
+  copy_lib "${gcc_s:-/lib/x86_64-linux-gnu/libgcc_s.so.1}"
+}
