@@ -43,6 +43,15 @@ pub struct CniEnv {
     pub path: Vec<PathBuf>,
 }
 
+impl CniEnv {
+    /// CNI_ARGS as `K=V;K=V`, in key order.
+    pub fn args_string(&self) -> String {
+        let mut kv: Vec<_> = self.args.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        kv.sort();
+        kv.join(";")
+    }
+}
+
 /// Reads a variable through `get`, so tests need not touch the process environment.
 pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> CniResult<CniEnv> {
     let command = match get("CNI_COMMAND") {

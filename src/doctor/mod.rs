@@ -213,7 +213,7 @@ pub fn report(opts: &Options) -> Report {
     let sysfs = paths.sysfs();
     let mut warnings = Vec::new();
     let mut blockers = Vec::new();
-    let records: Vec<Attachment> = match paths.store().and_then(|s| s.all()) {
+    let records: Vec<Attachment> = match paths.store_read_only().and_then(|s| s.all()) {
         Ok(r) => r,
         Err(e) => {
             blockers.push(format!("{e}: ADD cannot record attachments (check /var/lib/cni permissions)"));
@@ -239,7 +239,7 @@ pub fn report(opts: &Options) -> Report {
                 pfs[0].name, pfs[0].totalvfs
             ));
         }
-        let mut host = Host::open(&paths).ok();
+        let mut host = Host::open_read_only(&paths).ok();
         for a in &records {
             if !a.complete {
                 let begun = match a.journal.last() {
@@ -269,7 +269,7 @@ pub fn report(opts: &Options) -> Report {
                 _ => {}
             }
         }
-        if let Ok(store) = paths.store() {
+        if let Ok(store) = paths.store_read_only() {
             for bad in store.unreadable() {
                 warnings.push(bad.to_string());
             }

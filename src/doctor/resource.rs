@@ -363,7 +363,7 @@ pub fn check_config(paths: &Paths, file: &Path, device: Option<&str>) -> Vec<Con
         args.insert("deviceID".to_string(), d.to_string());
     }
     let sysfs = paths.sysfs();
-    let store = paths.store();
+    let store = paths.store_read_only();
     let mut route = RouteSocket::new().ok();
     let kubelet = Checkpoint::read(&paths.kubelet_dir.join(CHECKPOINT));
     let mut out = Vec::new();

@@ -10,6 +10,7 @@ use super::attachment::{Attachment, GidIndex, RdmaRecord, Step};
 use super::context::{Host, Paths, Pod};
 use super::ipam::{self, Target};
 use super::journal::{unwind, Apply, Session};
+use super::orphans::{self, Whereabouts};
 use super::pool;
 use super::rdma;
 use crate::cni::config::{NetConf, RdmaPolicy};
@@ -25,7 +26,7 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
     let mut host = Host::open(paths)?;
     let mut pod = Pod::open(&env.netns).ctx(|| format!("opening CNI_NETNS {}", env.netns))?;
     if let Some(a) = host.store.find(&conf.name, &env.container_id, &env.ifname)? {
-        return Err(pool::attached_err(&a));
+        reclaim_own_orphan(&mut host, &a)?;
     }
     let kubelet = KubeletClaims::load(paths, env)?;
     let (vf, _lock) = pool::select(&mut host, conf, &|pci| kubelet.withheld(pci))?;
@@ -74,6 +75,8 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
         rdma,
         ipam_config: conf.ipam.as_ref().map(|_| String::from_utf8_lossy(&conf.raw).into_owned()),
         cni_path: env.path.clone(),
+        cni_args: Some(env.args_string()),
+        pod_index: None,
         journal: Vec::new(),
     };
     crate::info!(
@@ -94,6 +97,21 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
     match attached {
         Ok(result) => Ok(result),
         Err(e) => rollback(cx, e),
+    }
+}
+
+/// A record of this very attachment (the same container ID and interface, as when podman restarts a container)
+/// is an error while its VF is in a pod; once it is an orphan (its VF back on the host after a reboot, its
+/// namespace gone) it is reclaimed as any ADD reclaims an orphan, and ADD goes on.
+fn reclaim_own_orphan(host: &mut Host, a: &Attachment) -> CniResult<()> {
+    let _lock = host.store.lock(&a.pci)?;
+    let Some(rec) = host.store.load(&a.pci)?.filter(|r| r.is(&a.network, &a.container_id, &a.ifname)) else {
+        // Released while this ADD waited for the lock.
+        return Ok(());
+    };
+    match orphans::whereabouts(host, &rec)? {
+        Whereabouts::Orphan => orphans::reclaim(host, &rec).map(drop),
+        Whereabouts::Live | Whereabouts::Held => Err(pool::attached_err(&rec)),
     }
 }
 

@@ -39,11 +39,21 @@ pub struct Attachment {
     pub ipam_config: Option<String>,
     /// CNI_PATH of the ADD, where the IPAM plugin was found.
     pub cni_path: Vec<PathBuf>,
+    /// CNI_ARGS of the ADD (`K=V;…`), handed to IPAM DEL when the undo runs outside this attachment's own DEL.
+    pub cni_args: Option<String>,
+    /// The netdev's ifindex in the pod, once moved there (the kernel gives it another when its host index is
+    /// taken there): how DEL tells the VF from the pod's other devices where the kernel reports no parent device.
+    pub pod_index: Option<u32>,
     /// The steps ADD began, in order; rollback, DEL and GC undo exactly these, in reverse.
     pub journal: Vec<Step>,
 }
 
 impl Attachment {
+    /// Whether this is the runtime's attachment `container_id`/`ifname` on `network` (the key CNI calls it by).
+    pub fn is(&self, network: &str, container_id: &str, ifname: &str) -> bool {
+        self.network == network && self.container_id == container_id && self.ifname == ifname
+    }
+
     /// The PF-side settings ADD began (what CHECK expects the PF to show).
     pub fn pf_settings(&self) -> Vec<VfSetting> {
         self.journal.iter().filter_map(Step::pf_setting).collect()

@@ -5,7 +5,7 @@ use super::context::{Host, Paths, Pod};
 use super::del::{finish, release};
 use super::ipam::{self, Target};
 use super::rdma::{lookup_gids, GidLookup};
-use crate::cni::config::NetConf;
+use crate::cni::config::{AttachmentRef, NetConf};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code, Failures, IoContext};
 use crate::kernel::sysfs::Sysfs;
@@ -26,7 +26,7 @@ fn unheld<'a>(plan: &'a [VfSetting], st: &VfState) -> Option<&'a VfSetting> {
 }
 
 pub fn check(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
-    let mut host = Host::open(paths)?;
+    let mut host = Host::open_read_only(paths)?;
     let rec = host.store.find(&conf.name, &env.container_id, &env.ifname)?.ok_or_else(|| {
         CniError::new(
             Code::ContainerUnknown,
@@ -160,21 +160,59 @@ pub fn gc(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
             continue;
         }
         crate::info!("GC: releasing stale attachment {}/{} (VF {})", rec.container_id, rec.ifname, rec.pci);
-        let target =
-            Target { container_id: &rec.container_id, ifname: &rec.ifname, netns: &rec.netns, path: &env.path };
+        let target = Target::of_record(&rec, &env.path);
         let done = release(&mut host, conf, env, &rec, &rec.netns, target).and_then(|d| finish(&host.store, &rec, d));
         if let Err(e) = done {
             errors.push(e);
         }
         drop(lock);
     }
-    // The spec's GC reaches the IPAM plugin too, with the same valid attachments: leases of attachments this
-    // plugin holds no record of (a record lost, a DEL that never came) are its to release.
-    if let Err(e) = ipam::exec_if_1_1(conf, env, "GC") {
-        errors.push(e.context("IPAM GC".to_string()));
+    // The spec's GC reaches the IPAM plugin too: leases of attachments this plugin holds no record of (a record
+    // lost, a DEL that never came) are its to release. Every attachment whose record is still here — kept by the
+    // runtime, held by a process, busy, or whose undo failed — still has its address: it joins the list, so IPAM
+    // never hands that address to another pod.
+    match ipam_gc_conf(&host, conf, &keep) {
+        Ok(Some(c)) => {
+            if let Err(e) = ipam::exec_if_1_1(&c, env, "GC") {
+                errors.push(e.context("IPAM GC".to_string()));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => errors.push(e.context("IPAM GC".to_string())),
     }
     // A busy VF keeps its 11.
     errors.into_error("GC").map_or(Ok(()), Err)
+}
+
+/// The configuration IPAM GC gets: the runtime's valid attachments plus every attachment of this network whose
+/// record is still in the store. `None` (IPAM GC not run) while a record cannot be read: its attachment, and
+/// its address, are unknown.
+fn ipam_gc_conf(host: &Host, conf: &NetConf, keep: &[AttachmentRef]) -> CniResult<Option<NetConf>> {
+    if conf.ipam.is_none() {
+        return Ok(None);
+    }
+    if let Some(bad) = host.store.unreadable().first() {
+        crate::warn!("IPAM GC not run: {bad} (its address could be released under it)");
+        return Ok(None);
+    }
+    let mut valid: Vec<AttachmentRef> = keep.to_vec();
+    for rec in host.store.all()?.into_iter().filter(|r| r.network == conf.name) {
+        if !valid.iter().any(|k| k.container_id == rec.container_id && k.ifname == rec.ifname) {
+            crate::info!("GC: {}/{} (VF {}) keeps its address", rec.container_id, rec.ifname, rec.pci);
+            valid.push(AttachmentRef { container_id: rec.container_id, ifname: rec.ifname });
+        }
+    }
+    let mut raw: Value = serde_json::from_slice(&conf.raw)
+        .map_err(|e| CniError::new(Code::Decode, format!("re-reading the configuration: {e}")))?;
+    let list: Vec<Value> =
+        valid.iter().map(|k| serde_json::json!({"containerID": k.container_id, "ifname": k.ifname})).collect();
+    if let Some(o) = raw.as_object_mut() {
+        o.remove("cni.dev/attachments");
+        o.insert("cni.dev/valid-attachments".into(), Value::Array(list));
+    }
+    let mut c = conf.clone();
+    c.raw = serde_json::to_vec(&raw).map_err(|e| CniError::io(format!("encoding the IPAM GC configuration: {e}")))?;
+    Ok(Some(c))
 }
 
 pub fn status(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {

@@ -65,6 +65,11 @@ impl Paths {
     pub fn store(&self) -> CniResult<Store> {
         Store::open(&self.state_dir)
     }
+
+    /// The store for a command that only reads (CHECK, `doctor`): it changes nothing in the state directory.
+    pub fn store_read_only(&self) -> CniResult<Store> {
+        Store::read_only(&self.state_dir)
+    }
 }
 
 /// How long the host waits for a VF netdev to reappear: from a destroyed pod namespace, or after a rebind.
@@ -82,9 +87,18 @@ pub struct Host {
 
 impl Host {
     pub fn open(paths: &Paths) -> CniResult<Host> {
+        Host::with_store(paths, paths.store()?)
+    }
+
+    /// The host side for a command that only reads (CHECK, `doctor`): the state directory is left as it is.
+    pub fn open_read_only(paths: &Paths) -> CniResult<Host> {
+        Host::with_store(paths, paths.store_read_only()?)
+    }
+
+    fn with_store(paths: &Paths, store: Store) -> CniResult<Host> {
         Ok(Host {
             sysfs: paths.sysfs(),
-            store: paths.store()?,
+            store,
             ns: Netns::current().ctx(|| "opening the host network namespace".to_string())?,
             route: RouteSocket::new().ctx(|| "opening a netlink socket in the host namespace".to_string())?,
             devinfo_dir: paths.devinfo_dir.clone(),

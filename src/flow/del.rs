@@ -14,16 +14,32 @@ use crate::kernel::sysfs::Presence;
 
 pub fn del(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     let mut host = Host::open(paths)?;
-    let Some(found) = host.store.find(&conf.name, &env.container_id, &env.ifname)? else {
-        crate::debug!("DEL {}/{}: no attachment recorded", env.container_id, env.ifname);
-        // IPAM DEL releases an address: state changes, SIGTERM is ignored.
-        changing_state();
-        return ipam::exec(conf, env, "DEL", &Target::of_env(env)).map(drop);
-    };
-    let _lock = host.store.lock(&found.pci)?;
-    // Another DEL may have finished while this one waited.
-    let Some(rec) = host.store.load(&found.pci)?.filter(|r| *r == found) else {
-        return Ok(());
+    // The record is found, then its VF locked, then read again: what the record says *after* the lock is what
+    // is torn down. An ADD of this container that held the lock meanwhile may have finished (DEL then undoes all
+    // of it) or rolled back (no record: nothing of ours is left); another DEL may have finished (no record).
+    let mut tries = 0;
+    let (rec, _lock) = loop {
+        let Some(found) = host.store.find(&conf.name, &env.container_id, &env.ifname)? else {
+            crate::debug!("DEL {}/{}: no attachment recorded", env.container_id, env.ifname);
+            // IPAM DEL releases an address: state changes, SIGTERM is ignored.
+            changing_state();
+            return ipam::exec(conf, env, "DEL", &Target::of_env(env)).map(drop);
+        };
+        let lock = host.store.lock(&found.pci)?;
+        match host.store.load(&found.pci)? {
+            Some(rec) if rec.is(&conf.name, &env.container_id, &env.ifname) => break (rec, lock),
+            // The VF went to another attachment while this DEL waited: this one's record, if any, is elsewhere.
+            _ if tries < 3 => tries += 1,
+            _ => {
+                return Err(CniError::new(
+                    crate::cni::error::Code::TryAgainLater,
+                    format!(
+                        "the record of {}/{} moved between VFs while DEL waited for them; try again",
+                        env.container_id, env.ifname
+                    ),
+                ))
+            }
+        }
     };
     let netns = if env.netns.is_empty() { rec.netns.clone() } else { env.netns.clone() };
     let undone = release(&mut host, conf, env, &rec, &netns, Target::of_env(env))?;

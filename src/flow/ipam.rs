@@ -1,6 +1,7 @@
 //! IPAM delegation as the spec says: the plugin named by `ipam.type`, found on CNI_PATH, run with our
 //! environment (CNI_COMMAND replaced) and the whole configuration on stdin.
 
+use super::attachment::Attachment;
 use crate::cni::config::{NetConf, SUPPORTED_VERSIONS};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, Code};
@@ -17,11 +18,26 @@ pub struct Target<'a> {
     pub netns: &'a str,
     /// CNI_PATH for the IPAM plugin (a reclaim outside any runtime has none in its own environment).
     pub path: &'a [PathBuf],
+    /// CNI_ARGS for the IPAM plugin; `None`: this invocation's own. An undo outside the attachment's own DEL (GC,
+    /// an orphan's reclaim by another pod's ADD) passes the ones its ADD had, so an IPAM that keys on the pod
+    /// (K8S_POD_NAMESPACE, K8S_POD_NAME) sees the pod the address was given to.
+    pub args: Option<&'a str>,
 }
 
 impl<'a> Target<'a> {
     pub fn of_env(env: &'a CniEnv) -> Target<'a> {
-        Target { container_id: &env.container_id, ifname: &env.ifname, netns: &env.netns, path: &env.path }
+        Target { container_id: &env.container_id, ifname: &env.ifname, netns: &env.netns, path: &env.path, args: None }
+    }
+
+    /// The attachment a record names, as its ADD ran (a record without CNI_ARGS, from an older release, gets none).
+    pub fn of_record(rec: &'a Attachment, path: &'a [PathBuf]) -> Target<'a> {
+        Target {
+            container_id: &rec.container_id,
+            ifname: &rec.ifname,
+            netns: &rec.netns,
+            path,
+            args: Some(rec.cni_args.as_deref().unwrap_or_default()),
+        }
     }
 }
 
@@ -132,6 +148,9 @@ fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) 
     let mut cmd = Command::new(plugin);
     if !target.path.is_empty() {
         cmd.env("CNI_PATH", std::env::join_paths(target.path).unwrap_or_default());
+    }
+    if let Some(args) = target.args {
+        cmd.env("CNI_ARGS", args);
     }
     // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
     unsafe {

@@ -250,6 +250,7 @@ impl<'a> Apply<'a> {
     fn move_into_pod(&mut self) -> CniResult<()> {
         let (rec, env) = (&self.rec, self.s.env);
         let Some(orig) = &rec.netdev else { return Ok(()) };
+        let host_index = orig.index;
         self.s
             .host
             .route
@@ -273,6 +274,12 @@ impl<'a> Apply<'a> {
         let mtu = self.s.conf.mtu.unwrap_or(l.mtu);
         // CHECK compares with what ADD left, which after a driver rebind is the driver's default.
         self.rec.mtu = Some(mtu);
+        self.rec.pod_index = Some(l.index);
+        if l.index != host_index {
+            // Its host index was taken in the pod: where the kernel names no parent device, this index is the only
+            // way DEL tells the VF from the pod's other devices, so it is on disk before anything else happens.
+            self.s.host.store.save(&self.rec)?;
+        }
         self.moved = Some(Link { mtu, ..l });
         Ok(())
     }

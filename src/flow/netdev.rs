@@ -10,25 +10,61 @@ use crate::model::Mac;
 use netlink_packet_route::link::LinkAttribute;
 use std::time::Duration;
 
-/// The VF's netdev in the pod, whatever it is called there: by CNI_IFNAME, by its ifindex, by its PCI address.
+/// The VF's netdev in the pod, whatever it is called there: by CNI_IFNAME, by its ifindex there, by its PCI
+/// address.
 pub fn find_in_pod(pod: &mut Pod, rec: &Attachment) -> CniResult<Option<Link>> {
     let ctx = || format!("looking for VF {} in {}", rec.pci, rec.netns);
-    if let Some(l) = pod.route.link_by_name(&rec.ifname).ctx(ctx)?.filter(|l| is_ours(l, rec)) {
+    if let Some(l) = pod.route.link_by_name(&rec.ifname).ctx(ctx)?.filter(|l| is_ours_in_pod(l, rec)) {
         return Ok(Some(l));
     }
-    if let Some(orig) = &rec.netdev {
-        if let Some(l) = pod.route.link_by_index(orig.index).ctx(ctx)?.filter(|l| is_ours(l, rec)) {
+    if let Some(index) = pod_index(rec) {
+        if let Some(l) = pod.route.link_by_index(index).ctx(ctx)?.filter(|l| is_ours_in_pod(l, rec)) {
             return Ok(Some(l));
         }
     }
     Ok(pod.route.links().ctx(ctx)?.into_iter().find(|l| l.parent.as_deref() == Some(rec.pci.as_str())))
 }
 
-/// A host name for the VF when its own was taken meanwhile: `<pf>v<index>`, as udev would name it.
-fn spare_name(rec: &Attachment) -> String {
-    let mut n = format!("{}v{}", rec.pf, rec.vf_index);
-    n.truncate(15);
-    n
+/// The VF netdev's ifindex in the pod: the one ADD saw there, else (a record of an older release) the host's.
+fn pod_index(rec: &Attachment) -> Option<u32> {
+    rec.pod_index.or(rec.netdev.as_ref().map(|n| n.index))
+}
+
+/// [`is_ours`] inside the pod: a link without a parent device is the VF only under the ifindex it has there.
+fn is_ours_in_pod(l: &Link, rec: &Attachment) -> bool {
+    match &l.parent {
+        Some(p) => p == rec.pci.as_str(),
+        None => pod_index(rec) == Some(l.index),
+    }
+}
+
+/// Names for the VF when its own was taken meanwhile, in order: `<pf>v<index>`, as udev would name it, then
+/// `<pf>v<index>r<k>` (the PF part shortened to fit 15 bytes). The VF's own name is often `<pf>v<index>` itself
+/// (systemd's), so the first may be the taken one.
+fn spare_names(rec: &Attachment) -> impl Iterator<Item = String> + '_ {
+    (0..SPARES).map(move |k| {
+        let tail = if k == 0 { format!("v{}", rec.vf_index) } else { format!("v{}r{k}", rec.vf_index) };
+        let room = 15usize.saturating_sub(tail.len());
+        let pf: String = rec.pf.chars().take(room).collect();
+        format!("{pf}{tail}")
+    })
+}
+
+/// How many spare names are tried before DEL gives up (each one taken by another device).
+const SPARES: u32 = 16;
+
+/// The first spare name no device on the host has (`taken` is the VF's own name, known to be taken).
+fn free_spare(host: &mut Host, rec: &Attachment, taken: &str) -> CniResult<String> {
+    for n in spare_names(rec).filter(|n| n != taken) {
+        if host.route.link_by_name(&n).ctx(|| format!("looking up {n} on the host"))?.is_none() {
+            return Ok(n);
+        }
+    }
+    Err(CniError::io(format!(
+        "VF {}: its host name {taken} and {SPARES} spare names ({}…) are all taken on the host",
+        rec.pci,
+        spare_names(rec).next().unwrap_or_default()
+    )))
 }
 
 /// Moves the VF's netdev from the pod back to the host under its original name, or a spare one (with a warning)
@@ -43,9 +79,19 @@ pub fn move_back(host: &mut Host, pod: &mut Pod, rec: &Attachment, orig: &Link, 
             if host.route.link_by_name(&l.name).ok().flatten().is_some_and(|h| is_ours(&h, rec)) {
                 return Ok(l.name.clone());
             }
-            let spare = spare_name(rec);
-            pod.route.move_link(l.index, host.ns.fd(), &spare).ctx(|| what(&spare))?;
-            Ok(spare)
+            // Another device may take the spare between the look and the move: then the next one.
+            let mut last = None;
+            for _ in 0..3 {
+                let spare = free_spare(host, rec, &orig.name)?;
+                match pod.route.move_link(l.index, host.ns.fd(), &spare) {
+                    Ok(()) => return Ok(spare),
+                    Err(e) if errno(&e) == Some(libc::EEXIST) => last = Some((spare, e)),
+                    Err(e) => return Err(e).ctx(|| what(&spare)),
+                }
+            }
+            let (spare, e) =
+                last.unwrap_or_else(|| (orig.name.clone(), std::io::Error::from_raw_os_error(libc::EEXIST)));
+            Err(e).ctx(|| what(&spare))
         }
         Err(e) => Err(e).ctx(|| what(&orig.name)),
     }
@@ -82,7 +128,12 @@ pub fn restore_on_host(host: &mut Host, rec: &Attachment, orig: &Link, cur: &Lin
     if cur.name != orig.name {
         let name = match host.route.link_by_name(&orig.name) {
             Ok(Some(other)) if other.index != cur.index => {
-                let spare = spare_name(rec);
+                // Already under a spare name (move_back's): kept.
+                let spare = if spare_names(rec).any(|n| n == cur.name) {
+                    cur.name.clone()
+                } else {
+                    free_spare(host, rec, &orig.name)?
+                };
                 crate::warn!(
                     "VF {}: {} is taken by another device (ifindex {}); the VF is named {spare}",
                     rec.pci,

@@ -103,7 +103,8 @@ pub fn reclaim(host: &mut Host, rec: &Attachment) -> CniResult<Option<String>> {
         args: Default::default(),
         path: rec.cni_path.clone(),
     };
-    let done = release(host, &conf, &env, rec, &rec.netns, Target::of_env(&env)).map_err(|e| e.context(context()))?;
+    let target = Target::of_record(rec, &rec.cni_path);
+    let done = release(host, &conf, &env, rec, &rec.netns, target).map_err(|e| e.context(context()))?;
     let name = done.host_netdev.clone();
     finish(&host.store, rec, done).map_err(|e| e.context(context()))?;
     Ok(name)
@@ -123,6 +124,8 @@ pub enum State {
     Failed,
     /// The record cannot be read: listed, never touched.
     Unreadable,
+    /// Another ADD or DEL holds the VF's lock: skipped, not looked at.
+    Busy,
 }
 
 #[derive(Debug, Serialize)]
@@ -153,18 +156,23 @@ pub fn run(paths: &Paths, dry_run: bool) -> CniResult<Vec<Row>> {
             error: Some(bad.to_string()),
         });
     }
+    let row_of = |rec: &Attachment, state| Row {
+        pci: rec.pci.to_string(),
+        network: rec.network.clone(),
+        container_id: rec.container_id.clone(),
+        ifname: rec.ifname.clone(),
+        netns: rec.netns.clone(),
+        state,
+        error: None,
+    };
     for rec in store.all()? {
-        let _lock = store.lock(&rec.pci)?;
-        let Some(rec) = store.load(&rec.pci)? else { continue };
-        let mut row = Row {
-            pci: rec.pci.to_string(),
-            network: rec.network.clone(),
-            container_id: rec.container_id.clone(),
-            ifname: rec.ifname.clone(),
-            netns: rec.netns.clone(),
-            state: State::Live,
-            error: None,
+        // A VF another ADD/DEL holds (a slow IPAM) is skipped and said, never waited for: the rest go on.
+        let Some(_lock) = store.try_lock(&rec.pci)? else {
+            rows.push(row_of(&rec, State::Busy));
+            continue;
         };
+        let Some(rec) = store.load(&rec.pci)? else { continue };
+        let mut row = row_of(&rec, State::Live);
         match whereabouts(&mut host, &rec)? {
             Whereabouts::Live => {}
             Whereabouts::Held => row.state = State::Held,
@@ -198,6 +206,7 @@ fn render(rows: &[Row]) -> String {
             State::Unreadable => "record unreadable: check the VF, then move the file aside",
             State::Reclaimed => "orphan, reclaimed: the VF is back on the host",
             State::Failed => "orphan, reclaim failed",
+            State::Busy => "busy: another ADD/DEL holds its lock; skipped (run gc again later)",
         };
         let _ =
             writeln!(o, "VF {}  {}/{} (network {})  {}  {state}", r.pci, r.container_id, r.ifname, r.network, r.netns);

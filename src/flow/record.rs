@@ -49,6 +49,10 @@ struct V2 {
     ipam_config: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     cni_path: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cni_args: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pod_index: Option<u32>,
     journal: Vec<StepV2>,
 }
 
@@ -328,6 +332,8 @@ pub fn encode(a: &Attachment) -> serde_json::Result<Vec<u8>> {
         }),
         ipam_config: a.ipam_config.clone(),
         cni_path: a.cni_path.iter().map(|p| p.display().to_string()).collect(),
+        cni_args: a.cni_args.clone(),
+        pod_index: a.pod_index,
         journal: a.journal.iter().map(StepV2::of).collect(),
     };
     serde_json::to_vec_pretty(&v)
@@ -373,6 +379,8 @@ impl V2 {
             rdma: self.rdma.map(Rdma::read).transpose()?,
             ipam_config: self.ipam_config,
             cni_path: self.cni_path.into_iter().map(PathBuf::from).collect(),
+            cni_args: self.cni_args,
+            pod_index: self.pod_index,
             journal: self.journal.into_iter().map(StepV2::read).collect(),
         })
     }
@@ -438,6 +446,8 @@ impl V1 {
             rdma,
             ipam_config: self.ipam_config,
             cni_path: self.cni_path.into_iter().map(PathBuf::from).collect(),
+            cni_args: None,
+            pod_index: None,
             journal,
         })
     }
@@ -491,6 +501,8 @@ pub(crate) fn sample() -> Attachment {
             r#"{"cniVersion":"1.1.0","name":"rdma-net","type":"sriov-rdma","ipam":{"type":"host-local"}}"#.into(),
         ),
         cni_path: vec!["/opt/cni/bin".into()],
+        cni_args: None,
+        pod_index: None,
         journal: vec![
             Step::PfSetting(Vlan { vlan: 100, qos: 3, proto: VlanProto::Dot1Q }.into()),
             Step::PfSetting(SpoofChk { on: true }.into()),

@@ -141,6 +141,16 @@ impl Store {
         }
     }
 
+    /// The store as CHECK and `doctor` read it: nothing is created, no mode set, no temp file removed. A directory
+    /// that does not exist holds no record; one that is no directory, a symlink or another user's is refused as
+    /// [`Store::at`] refuses it, and a mode other than 0700 is only said.
+    pub fn read_only(dir: &Path) -> CniResult<Store> {
+        if fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Ok(Store { dir: dir.to_path_buf() });
+        }
+        Store::check(dir, false)
+    }
+
     /// Creates the directory (0700) or checks the one that is there: a directory, not a symlink, owned by
     /// this plugin's user; any other mode is set to 0700. Anything else is refused, naming the directory.
     pub fn at(dir: &Path) -> CniResult<Store> {
@@ -149,6 +159,11 @@ impl Store {
             .mode(0o700)
             .create(dir)
             .ctx(|| format!("creating the state directory {}", dir.display()))?;
+        Store::check(dir, true)
+    }
+
+    /// Checks the directory that is there; with `fix`, sets a mode other than 0700 to 0700.
+    fn check(dir: &Path, fix: bool) -> CniResult<Store> {
         let refuse = |why: String| CniError::io(format!("state directory {}: {why}", dir.display()));
         let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(dir).map_err(
             |e| match e.raw_os_error() {
@@ -170,7 +185,12 @@ impl Store {
             )));
         }
         let mode = md.mode() & 0o7777;
-        if mode != 0o700 {
+        if mode != 0o700 && !fix {
+            crate::warn!(
+                "state directory {} has mode {mode:o}, not 0700 (left as it is: a read-only look)",
+                dir.display()
+            );
+        } else if mode != 0o700 {
             f.set_permissions(fs::Permissions::from_mode(0o700))
                 .map_err(|e| refuse(format!("setting its mode {mode:o} to 0700: {e}")))?;
             crate::warn!("state directory {} had mode {mode:o}; set it to 0700", dir.display());
@@ -304,7 +324,12 @@ impl Store {
     /// Every record and every record file that cannot be read.
     fn scan(&self) -> CniResult<(Vec<Attachment>, Vec<Unreadable>)> {
         let (mut good, mut bad) = (Vec::new(), Vec::new());
-        for e in fs::read_dir(&self.dir).ctx(|| format!("listing {}", self.dir.display()))? {
+        let rd = match fs::read_dir(&self.dir) {
+            // A read-only store of a directory no ADD has created yet.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((good, bad)),
+            r => r.ctx(|| format!("listing {}", self.dir.display()))?,
+        };
+        for e in rd {
             let Ok(e) = e else { continue };
             let name = e.file_name();
             let Some(pci) = name.to_str().and_then(|n| n.strip_suffix(".json")).and_then(|p| PciAddr::parse(p).ok())
@@ -336,10 +361,7 @@ impl Store {
 
     /// The record of one attachment, by the key the runtime uses.
     pub fn find(&self, network: &str, container_id: &str, ifname: &str) -> CniResult<Option<Attachment>> {
-        Ok(self
-            .all()?
-            .into_iter()
-            .find(|a| a.network == network && a.container_id == container_id && a.ifname == ifname))
+        Ok(self.all()?.into_iter().find(|a| a.is(network, container_id, ifname)))
     }
 }
 

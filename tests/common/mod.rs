@@ -509,11 +509,67 @@ impl Drop for Scratch {
 /// a shell script that reads its configuration and answers per CNI_COMMAND with `cases` (sh `case` arms).
 /// Returns the bin directory, for CNI_PATH.
 pub fn stand_in_ipam(dir: &Path, name: &str, cases: &str) -> PathBuf {
+    ipam_script(dir, name, &format!("cat >/dev/null\ncase \"$CNI_COMMAND\" in\n{cases}\nesac\n"))
+}
+
+/// Writes an executable shell script `name` with `body` into `dir`/bin; returns the bin directory, for CNI_PATH.
+pub fn ipam_script(dir: &Path, name: &str, body: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let bin = dir.join("bin");
     fs::create_dir_all(&bin).unwrap();
     let plugin = bin.join(name);
-    fs::write(&plugin, format!("#!/bin/sh\ncat >/dev/null\ncase \"$CNI_COMMAND\" in\n{cases}\nesac\n")).unwrap();
+    fs::write(&plugin, format!("#!/bin/sh\n{body}")).unwrap();
     fs::set_permissions(&plugin, fs::Permissions::from_mode(0o755)).unwrap();
     bin
+}
+
+/// Plays the kernel handing the VF back to the host as `pod_name` once its namespace is destroyed (a veth dies with
+/// its namespace; a VF's netdev comes back under the name it had there).
+pub fn hand_back(bed: &Bed, pci: &str, vf: &str, pod_name: &str) {
+    let _ = sh(&["ip", "link", "del", &format!("{vf}p")]);
+    must(&["ip", "link", "add", pod_name, "mtu", "4300", "type", "veth", "peer", "name", &format!("{vf}p")]);
+    bed.set_vf_netdev(pci, pod_name);
+}
+
+/// A process holding the pod namespace after its path is removed (`ip netns del` while the pod's processes run).
+pub struct Holder(std::process::Child);
+
+impl Holder {
+    pub fn new(ns: &str) -> Holder {
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "sleep", "120"])
+            .spawn()
+            .expect("starting the holder");
+        let holder = Holder(child);
+        // The holder is inside once its namespace differs from ours (bounded wait).
+        let me = std::fs::read_link("/proc/self/ns/net").unwrap();
+        let inside = (0..200).any(|_| {
+            let entered = std::fs::read_link(format!("/proc/{}/ns/net", holder.0.id())).is_ok_and(|l| l != me);
+            if !entered {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            entered
+        });
+        assert!(inside, "the holder never entered {ns}");
+        holder
+    }
+
+    /// What the held namespace shows of `ifname`.
+    pub fn link(&self, ifname: &str) -> bool {
+        let pid = self.0.id().to_string();
+        sh(&["nsenter", "-t", &pid, "-n", "ip", "link", "show", ifname]).status.success()
+    }
+
+    /// Ends the holder: the namespace is destroyed with it.
+    pub fn release(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
