@@ -157,11 +157,12 @@ impl Setting for AdminMac {
     const EXAMPLES: &'static [&'static str] = &[r#"{"mac":"02:00:00:00:00:01"}"#];
 
     fn parse(k: &ConfigKeys, into: &mut VfSettings) -> Result<(), BadKey> {
-        // The top level, then runtimeConfig, then CNI_ARGS MAC.
-        into.mac = match (k.str("mac")?, k.runtime_str("mac")?, k.arg("MAC")) {
-            (Some(m), _, _) => Some(Self::parse_one("mac", m)?),
-            (None, Some(m), _) => Some(Self::parse_one("runtimeConfig.mac", m)?),
-            (None, None, Some(m)) => Some(Self::parse_one("CNI_ARGS MAC", m)?),
+        // As sriov-cni decides it: the pod's own (runtimeConfig.mac from its annotation), then CNI_ARGS MAC, then
+        // the network's `mac`.
+        into.mac = match (k.runtime_str("mac")?, k.arg("MAC"), k.str("mac")?) {
+            (Some(m), _, _) => Some(Self::parse_one("runtimeConfig.mac", m)?),
+            (None, Some(m), _) => Some(Self::parse_one("CNI_ARGS MAC", m)?),
+            (None, None, Some(m)) => Some(Self::parse_one("mac", m)?),
             (None, None, None) => None,
         };
         Ok(())

@@ -101,6 +101,59 @@ pub struct NetConf {
     pub raw: Vec<u8>,
 }
 
+/// Every top-level key this plugin reads: sriov-cni's (its Go decoder matches a key of another case when no key
+/// has the exact name: `spoofChk`, `MTU`, `VLAN` work there, so they work here), ours, the spec's.
+const TOP_KEYS: &[&str] = &[
+    "cniVersion",
+    "name",
+    "type",
+    "deviceID",
+    "pfName",
+    "rdma",
+    "mtu",
+    "ipam",
+    "dns",
+    "logLevel",
+    "logFile",
+    "prevResult",
+    "runtimeConfig",
+    "capabilities",
+    "mac",
+    "vlan",
+    "vlanQoS",
+    "vlanProto",
+    "spoofchk",
+    "trust",
+    "link_state",
+    "min_tx_rate",
+    "max_tx_rate",
+    "guid",
+    "infinibandGUID",
+];
+
+/// The `runtimeConfig` keys read here.
+const RUNTIME_KEYS: &[&str] = &["deviceID", "mac", "CNIDeviceInfoFile", "infinibandGUID", "ips"];
+
+/// Renames a key that matches one of `known` only by case to that name, as Go's encoding/json matches it: a key
+/// with the exact name wins; among case variants only, the last in key order.
+fn fold_keys(map: Map<String, Value>, known: &[&str]) -> Map<String, Value> {
+    let mut out = Map::new();
+    let mut folded: Vec<(String, Value)> = Vec::new();
+    for (k, v) in map {
+        match known.iter().find(|n| **n != k && n.eq_ignore_ascii_case(&k)) {
+            Some(n) => folded.push((n.to_string(), v)),
+            None => {
+                out.insert(k, v);
+            }
+        }
+    }
+    let exact: Vec<String> = out.keys().cloned().collect();
+    for (k, v) in folded.into_iter().filter(|(k, _)| !exact.contains(k)) {
+        out.insert(k, v);
+    }
+    out
+}
+
 fn bad(key: &str, value: &Value, why: &str) -> CniError {
     CniError::config(format!("invalid {key} {value}: {why}"))
 }
@@ -155,9 +208,10 @@ impl NetConf {
     pub fn parse(raw: &[u8], args: &HashMap<String, String>) -> CniResult<NetConf> {
         let value: Value = serde_json::from_slice(raw)
             .map_err(|e| CniError::new(Code::Decode, format!("decoding the network configuration: {e}")))?;
-        let Value::Object(map) = &value else {
+        let Value::Object(map) = value else {
             return Err(CniError::new(Code::Decode, "the network configuration is not a JSON object"));
         };
+        let map = &fold_keys(map, TOP_KEYS);
         let k = Keys(map);
         let version = match k.str("cniVersion")? {
             Some(v) => Version::parse(v)?,
@@ -167,7 +221,14 @@ impl NetConf {
             Some(n) if !n.is_empty() => n.to_string(),
             _ => return Err(CniError::config("name is missing")),
         };
-        let rc = k.obj("runtimeConfig")?;
+        let rc_folded = match k.get("runtimeConfig") {
+            Some(Value::Object(r)) => Some(fold_keys(r.clone(), RUNTIME_KEYS)),
+            _ => None,
+        };
+        let rc = match &rc_folded {
+            Some(r) => Some(Keys(r)),
+            None => k.obj("runtimeConfig")?,
+        };
 
         // deviceID: runtimeConfig, then top level (Multus), then CNI_ARGS.
         let device = match (rc.as_ref().map(|r| r.str("deviceID")).transpose()?.flatten(), k.str("deviceID")?) {
@@ -215,13 +276,19 @@ impl NetConf {
                 Err(e) => return Err(e.context("ipam")),
             },
         };
+        // sriov-cni's levels (its logging library's): "panic" logs errors only here (nothing here panics), and
+        // "verbose" is "debug".
         let log_level = match k.str("logLevel")? {
             None | Some("info") => LogLevel::Info,
-            Some("error") => LogLevel::Error,
+            Some("error" | "panic") => LogLevel::Error,
             Some("warning") => LogLevel::Warning,
-            Some("debug") => LogLevel::Debug,
+            Some("debug" | "verbose") => LogLevel::Debug,
             Some(s) => {
-                return Err(bad("logLevel", &Value::from(s), "must be \"error\", \"warning\", \"info\" or \"debug\""))
+                return Err(bad(
+                    "logLevel",
+                    &Value::from(s),
+                    "must be \"panic\", \"error\", \"warning\", \"info\", \"debug\" or \"verbose\"",
+                ))
             }
         };
         let log_file = k.str("logFile")?.filter(|s| !s.is_empty()).map(PathBuf::from);
@@ -342,6 +409,42 @@ mod tests {
         assert_eq!(c.log_level, LogLevel::Debug);
     }
 
+    /// sriov-cni's keys reach it through Go's decoder, which takes a key of another case when none has the exact
+    /// name: a NAD written for it works here the same.
+    #[test]
+    fn keys_match_as_sriov_cni_matches_them_whatever_their_case() {
+        let c = parse(
+            r#"{"cniVersion":"1.0.0","Name":"rdma-net","type":"sriov-rdma","DeviceID":"0000:3b:02.1","VLAN":100,
+               "spoofChk":"off","Trust":"on","MTU":9000,"Link_State":"enable","LogLevel":"panic",
+               "RuntimeConfig":{"MAC":"02:00:00:00:00:09"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.name, "rdma-net");
+        assert_eq!(c.source, Some(VfSource::Device(PciAddr::parse("0000:3b:02.1").unwrap())));
+        assert_eq!((c.vf.vlan, c.vf.spoofchk, c.vf.trust, c.mtu), (Some(100), Some(false), Some(true), Some(9000)));
+        assert_eq!(c.vf.link_state, Some(LinkState::Enable));
+        assert_eq!(c.vf.mac.map(|m| m.to_string()), Some("02:00:00:00:00:09".into()));
+        assert_eq!(c.log_level, LogLevel::Error, "sriov-cni's \"panic\"");
+        // The exact name wins over a case variant.
+        let c = parse(&with(r#","vlan":7,"VLAN":8"#)).unwrap();
+        assert_eq!(c.vf.vlan, Some(7));
+        assert_eq!(parse(&with(r#","logLevel":"verbose""#)).unwrap().log_level, LogLevel::Debug);
+    }
+
+    /// The pod's own MAC has the last word, as in sriov-cni: runtimeConfig.mac, then CNI_ARGS MAC, then `mac`.
+    #[test]
+    fn the_pods_mac_wins_over_the_networks() {
+        let mac = |extra: &str, args: &[(&str, &str)]| {
+            let args: HashMap<String, String> = args.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            NetConf::parse(with(extra).as_bytes(), &args).unwrap().vf.mac.map(|m| m.to_string())
+        };
+        let nad = r#","mac":"02:00:00:00:00:01""#;
+        let rc = r#","runtimeConfig":{"mac":"02:00:00:00:00:03"}"#;
+        assert_eq!(mac(nad, &[]), Some("02:00:00:00:00:01".into()));
+        assert_eq!(mac(nad, &[("MAC", "02:00:00:00:00:02")]), Some("02:00:00:00:00:02".into()));
+        assert_eq!(mac(&format!("{nad}{rc}"), &[("MAC", "02:00:00:00:00:02")]), Some("02:00:00:00:00:03".into()));
+    }
+
     #[test]
     fn every_bad_value_is_code_7_naming_the_key_and_value() {
         for (extra, key, val) in [
@@ -407,7 +510,7 @@ mod tests {
         let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","pfName":"ens1f0"}"#, &HashMap::new()).unwrap();
         assert_eq!(c.source, Some(VfSource::Pf("ens1f0".into())));
         let c = NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n","mac":"02:00:00:00:00:09","runtimeConfig":{"mac":"02:00:00:00:00:02"}}"#, &args).unwrap();
-        assert_eq!(c.vf.mac.unwrap().to_string(), "02:00:00:00:00:09");
+        assert_eq!(c.vf.mac.unwrap().to_string(), "02:00:00:00:00:02", "the pod's runtimeConfig.mac wins");
     }
 
     #[test]

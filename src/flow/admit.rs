@@ -11,6 +11,7 @@ use crate::kernel::confined::{is_symlink_refusal, Confined};
 use crate::kubelet::{Checkpoint, CHECKPOINT};
 use crate::model::PciAddr;
 use crate::policy::{Policy, Request};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// `path` (the value of `key`) inside the node's directory `base`, with no symbolic link on the way now.
@@ -24,34 +25,49 @@ fn confine(key: &str, base: &Path, path: &Path) -> CniResult<Confined> {
 }
 
 /// Sets up the log: `logFile` inside the node's log directory, else stderr. A `logFile` outside it or through a
-/// symbolic link fails ADD (code 7); any other command must still finish, so it logs to stderr and says why, as
-/// it does when the file cannot be opened otherwise.
-pub fn init_log(paths: &Paths, conf: &NetConf, command: Command) -> CniResult<()> {
+/// symbolic link is never opened: the log goes to the file of that name in the node's log directory instead (a
+/// NAD written for sriov-cni, whose documented example logs to /tmp, keeps working), and the log says so. A file
+/// that cannot be opened at all leaves the log on stderr, said there; no command fails over where it logs.
+pub fn init_log(paths: &Paths, conf: &NetConf, _command: Command) -> CniResult<()> {
     let Some(path) = &conf.log_file else {
         crate::log::init(conf.log_level, None);
         return Ok(());
     };
-    let opened = confine("logFile", &paths.log_dir, path).and_then(|at| {
-        crate::log::open(&at).map_err(|e| {
-            if is_symlink_refusal(&e) {
-                CniError::config(format!("logFile {}: {e}", path.display()))
-            } else {
-                CniError::from_io(format!("opening logFile {}", path.display()), &e)
-            }
+    let open = |p: &Path| {
+        confine("logFile", &paths.log_dir, p).and_then(|at| {
+            crate::log::open(&at).map_err(|e| {
+                if is_symlink_refusal(&e) {
+                    CniError::config(format!("logFile {}: {e}", p.display()))
+                } else {
+                    CniError::from_io(format!("opening logFile {}", p.display()), &e)
+                }
+            })
         })
-    });
-    match opened {
+    };
+    match open(path) {
         Ok(f) => crate::log::init(conf.log_level, Some(f)),
+        Err(e) if e.code == Code::InvalidConfig => {
+            let name = path.file_name().filter(|n| !n.is_empty()).unwrap_or(OsStr::new(DEFAULT_LOG));
+            let instead = paths.log_dir.join(name);
+            match open(&instead) {
+                Ok(f) => crate::log::init(conf.log_level, Some(f)),
+                Err(e2) => {
+                    crate::log::init(conf.log_level, None);
+                    crate::warn!("{e2}; logging to stderr");
+                }
+            }
+            crate::warn!("{e}; logging to {} instead", instead.display());
+        }
         Err(e) => {
             crate::log::init(conf.log_level, None);
-            if command == Command::Add && e.code == Code::InvalidConfig {
-                return Err(e);
-            }
             crate::warn!("{e}; logging to stderr");
         }
     }
     Ok(())
 }
+
+/// The log file in the node's log directory when `logFile` names no file.
+const DEFAULT_LOG: &str = "sriov-rdma.log";
 
 /// Which VFs the kubelet gave this pod: its checkpoint (none on a node without a kubelet or device plugin) and
 /// the pod's UID from CNI_ARGS (`K8S_POD_UID`, set by the container runtime, not by the configuration).
