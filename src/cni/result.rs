@@ -21,11 +21,71 @@ pub struct IpConfig {
     pub gateway: Option<IpAddr>,
 }
 
+/// A route of the result, with the fields CNI 1.1.0 gives a route (`mtu` … `scope`; 1.1.0 results only).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
     pub dst: IpNet,
     pub gw: Option<IpAddr>,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
     pub priority: Option<u32>,
+    pub table: Option<u32>,
+    /// RT_SCOPE_*: global (0), link (253), host (254).
+    pub scope: Option<u8>,
+}
+
+impl Route {
+    /// One entry of a result's `routes`; the error names the field.
+    pub fn from_json(rt: &Value) -> Result<Route, String> {
+        let dst = rt.get("dst").and_then(Value::as_str).ok_or("an entry has no dst")?.parse()?;
+        let gw = match rt.get("gw").and_then(Value::as_str) {
+            Some(g) => Some(g.parse().map_err(|e| format!("gw {g:?}: {e}"))?),
+            None => None,
+        };
+        let uint = |key: &str, max: u64| -> Result<Option<u64>, String> {
+            match rt.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => match v.as_u64().filter(|n| *n <= max) {
+                    Some(n) => Ok(Some(n)),
+                    None => Err(format!("{key} {v} of route {dst} is not an integer from 0 to {max}")),
+                },
+            }
+        };
+        let u32_max = u64::from(u32::MAX);
+        let narrow = |v: Option<u64>| v.and_then(|n| u32::try_from(n).ok());
+        Ok(Route {
+            dst,
+            gw,
+            mtu: narrow(uint("mtu", u32_max)?),
+            advmss: narrow(uint("advmss", u32_max)?),
+            priority: narrow(uint("priority", u32_max)?),
+            table: narrow(uint("table", u32_max)?),
+            scope: uint("scope", 255)?.and_then(|n| u8::try_from(n).ok()),
+        })
+    }
+
+    fn to_json(&self, version: Version) -> Value {
+        let mut o = Map::new();
+        o.insert("dst".into(), json!(self.dst.to_string()));
+        if let Some(gw) = self.gw {
+            o.insert("gw".into(), json!(gw.to_string()));
+        }
+        if version >= Version::V1_1_0 {
+            let fields = [
+                ("mtu", self.mtu),
+                ("advmss", self.advmss),
+                ("priority", self.priority),
+                ("table", self.table),
+                ("scope", self.scope.map(u32::from)),
+            ];
+            for (key, v) in fields {
+                if let Some(v) = v {
+                    o.insert(key.into(), json!(v));
+                }
+            }
+        }
+        Value::Object(o)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -59,18 +119,7 @@ impl AttachResult {
             r.ips.push(IpConfig { address, gateway });
         }
         for rt in v.get("routes").and_then(Value::as_array).into_iter().flatten() {
-            let dst = rt
-                .get("dst")
-                .and_then(Value::as_str)
-                .ok_or_else(|| decode_err("routes", "an entry has no dst"))?
-                .parse()
-                .map_err(|e| decode_err("routes", e))?;
-            let gw = match rt.get("gw").and_then(Value::as_str) {
-                Some(g) => Some(g.parse().map_err(|e| decode_err("routes gw", e))?),
-                None => None,
-            };
-            let priority = rt.get("priority").and_then(Value::as_u64).map(|p| p as u32);
-            r.routes.push(Route { dst, gw, priority });
+            r.routes.push(Route::from_json(rt).map_err(|e| decode_err("routes", e))?);
         }
         r.dns = v.get("dns").filter(|d| d.as_object().is_some_and(|o| !o.is_empty())).cloned();
         Ok(r)
@@ -119,21 +168,7 @@ impl AttachResult {
                 Value::Object(o)
             })
             .collect();
-        let routes: Vec<Value> = self
-            .routes
-            .iter()
-            .map(|r| {
-                let mut o = Map::new();
-                o.insert("dst".into(), json!(r.dst.to_string()));
-                if let Some(gw) = r.gw {
-                    o.insert("gw".into(), json!(gw.to_string()));
-                }
-                if let Some(p) = r.priority {
-                    o.insert("priority".into(), json!(p));
-                }
-                Value::Object(o)
-            })
-            .collect();
+        let routes: Vec<Value> = self.routes.iter().map(|r| r.to_json(version)).collect();
         let mut out = Map::new();
         out.insert("cniVersion".into(), json!(version.as_str()));
         out.insert("interfaces".into(), Value::Array(interfaces));
@@ -257,5 +292,29 @@ mod tests {
         assert_eq!(v110["interfaces"][0]["sandbox"], "/var/run/netns/x");
         assert_eq!(v110["routes"][0]["gw"], "10.1.0.1");
         assert_eq!(v110["dns"]["nameservers"][0], "10.1.0.53");
+    }
+
+    #[test]
+    fn the_1_1_0_route_fields_are_read_and_returned_in_1_1_0_results_only() {
+        let r = AttachResult::from_ipam(
+            br#"{"cniVersion":"1.1.0","ips":[{"address":"10.77.0.2/24"}],"routes":[{"dst":"10.78.0.0/16",
+                "gw":"10.77.0.1","table":100,"mtu":1400,"advmss":1360,"priority":7,"scope":0}]}"#,
+        )
+        .unwrap();
+        let full = json!({"dst":"10.78.0.0/16","gw":"10.77.0.1","table":100,"mtu":1400,"advmss":1360,
+            "priority":7,"scope":0});
+        assert_eq!(r.to_json(Version::V1_1_0)["routes"][0], full);
+        assert_eq!(r.to_json(Version::V1_0_0)["routes"][0], json!({"dst":"10.78.0.0/16","gw":"10.77.0.1"}));
+        for (bad, key) in [
+            (r#"{"dst":"10.78.0.0/16","scope":300}"#, "scope"),
+            (r#"{"dst":"10.78.0.0/16","table":-1}"#, "table"),
+            (r#"{"dst":"10.78.0.0/16","mtu":"1400"}"#, "mtu"),
+            (r#"{"dst":"10.78.0.0/16","advmss":1.5}"#, "advmss"),
+            (r#"{"dst":"10.78.0.0/16","priority":4294967296}"#, "priority"),
+        ] {
+            let e = AttachResult::from_ipam(format!(r#"{{"routes":[{bad}]}}"#).as_bytes()).unwrap_err();
+            assert_eq!(e.code, Code::Decode, "{e}");
+            assert!(e.msg.contains(key) && e.msg.contains("10.78.0.0/16"), "{e}");
+        }
     }
 }

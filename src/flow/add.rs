@@ -13,6 +13,7 @@ use super::journal::{unwind, Apply, Session};
 use super::orphans::{self, Whereabouts};
 use super::pool;
 use super::rdma;
+use super::routes;
 use crate::cni::config::{NetConf, RdmaPolicy};
 use crate::cni::env::CniEnv;
 use crate::cni::error::{CniError, CniResult, IoContext};
@@ -210,12 +211,7 @@ fn attach(cx: &mut Apply, plan: &[VfSetting], move_rdma: bool) -> CniResult<Atta
                 .add_address(l.index, ip.address)
                 .ctx(|| format!("adding address {} to {} in {}", ip.address, env.ifname, env.netns))?;
         }
-        for r in &result.routes {
-            cx.pod
-                .route
-                .add_route(l.index, r.dst, r.gw, r.priority)
-                .ctx(|| format!("adding route {} to {} in {}", r.dst, env.ifname, env.netns))?;
-        }
+        routes::install(cx.pod, l.index, &result.routes, &env.ifname, &env.netns)?;
     }
     if let Some(l) = cx.moved.as_ref().filter(|_| result.ips.iter().any(|ip| ip.address.addr.is_ipv6())) {
         settle_ipv6(cx.pod, l.index, &env.ifname, &env.netns)?;

@@ -69,6 +69,7 @@ pub fn check(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
                 return Err(mismatch(format!("address {want} is missing from {} in {}", env.ifname, env.netns)));
             }
         }
+        check_routes(&mut pod, conf, env, l.index)?;
         check_gids(&host.sysfs, &pod, env, &rec, &have)?;
     }
     if rec.vf_original.is_some() {
@@ -88,6 +89,46 @@ pub fn check(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         }
     }
     ipam::exec(conf, env, "CHECK", &Target::of_env(env)).map(drop)
+}
+
+/// Every `prevResult` route of this interface is in the pod's tables through it, as ADD installed it. A route is
+/// this interface's when `prevResult` names no other interface, or when its gateway is on the subnet of one of this
+/// interface's `prevResult` addresses. A result older than 1.1.0 carries no table, metric or route metrics: then
+/// the route may be in any table, with any metric.
+fn check_routes(pod: &mut Pod, conf: &NetConf, env: &CniEnv, index: u32) -> CniResult<()> {
+    use super::routes::{kernel_route, link_name};
+    use crate::cni::config::Version;
+    use crate::cni::result::Route;
+    use crate::kernel::link::network;
+    let Some(prev) = &conf.prev_result else { return Ok(()) };
+    let list = |k: &str| prev.get(k).and_then(Value::as_array).cloned().unwrap_or_default();
+    let only_ours = list("interfaces").iter().all(|i| i.get("name").and_then(Value::as_str) == Some(&env.ifname));
+    let subnets = conf.prev_ips_of(&env.ifname)?;
+    let on_subnet = |gw: IpAddr| subnets.iter().any(|s| network(&IpNet { addr: gw, prefix: s.prefix }) == network(s));
+    let strict = conf.version >= Version::V1_1_0;
+    for rt in list("routes") {
+        let r = Route::from_json(&rt).map_err(|e| CniError::config(format!("prevResult routes: {e}")))?;
+        if !only_ours && !r.gw.is_some_and(on_subnet) {
+            continue;
+        }
+        let want = kernel_route(&r, index);
+        let have = pod.route.routes(r.dst.addr.is_ipv4()).ctx(|| format!("listing the routes of {}", env.netns))?;
+        if have.iter().any(|h| if strict { h.holds(&want) } else { h.same_path(&want) }) {
+            continue;
+        }
+        let mut instead = Vec::new();
+        for h in have.iter().filter(|h| network(&h.dst) == network(&want.dst)) {
+            let dev = link_name(pod, h.oif);
+            instead.push(h.describe(dev.as_deref()));
+        }
+        return Err(mismatch(format!(
+            "route {} is not in {} (it has {})",
+            want.describe(Some(&env.ifname)),
+            env.netns,
+            if instead.is_empty() { format!("no route to {}", r.dst) } else { instead.join(", ") }
+        )));
+    }
+    Ok(())
 }
 
 /// The RDMA device of the interface: the recorded one, or one bound to it inside the pod (created there after

@@ -13,6 +13,7 @@ pub mod orphans;
 pub mod pool;
 pub mod rdma;
 pub mod record;
+pub mod routes;
 pub mod signals;
 pub mod state;
 
