@@ -109,13 +109,47 @@ impl Reader<'_> {
     }
 }
 
+/// A regular file's bytes; anything else (a directory, a FIFO that would block) is an error.
+fn read_regular(file: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(file)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// The first symbolic link on the way to `file` (or `file` itself) that points nowhere, and its target.
+fn dangling_link(file: &Path) -> Option<(PathBuf, PathBuf)> {
+    let mut ancestors: Vec<&Path> = file.ancestors().collect();
+    ancestors.reverse();
+    ancestors.into_iter().find_map(|p| {
+        let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+        (is_link && std::fs::metadata(p).is_err()).then(|| (p.to_path_buf(), std::fs::read_link(p).unwrap_or_default()))
+    })
+}
+
 impl Policy {
-    /// The policy at `file`; `None` when there is none.
+    /// The policy at `file`; `None` when there is none: neither the file nor a symbolic link on its way that
+    /// cannot be followed (a link whose target is gone is an error, not "no policy").
     pub fn load(file: &Path) -> CniResult<Option<Policy>> {
-        match std::fs::read(file) {
+        let reading = || format!("reading the node policy {}", file.display());
+        match read_regular(file) {
             Ok(bytes) => Policy::parse(file, &bytes).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(CniError::from_io(format!("reading the node policy {}", file.display()), &e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match dangling_link(file) {
+                None => Ok(None),
+                Some((link, to)) => Err(CniError::io(format!(
+                    "{}: {} is a symbolic link to {}, which does not exist; every ADD is refused until the link is \
+                     repaired or removed (no file at all means no policy)",
+                    reading(),
+                    link.display(),
+                    to.display()
+                ))),
+            },
+            Err(e) => Err(CniError::from_io(reading(), &e)),
         }
     }
 

@@ -147,6 +147,43 @@ fn a_symlink_in_the_device_info_path_is_never_followed() {
     assert!(bed.records().is_empty());
 }
 
+#[test]
+fn the_device_plugins_own_files_are_out_of_reach_and_del_removes_the_directories_add_made() {
+    root_only!();
+    let (bed, node, ns, pci, vf, before) = setup("dpd", 1);
+    // The device plugin's file for another VF, and a path through it (or naming its directory): refused before
+    // anything changes, so its Allocate never meets a directory where its file goes.
+    let dp = node.devinfo.join("dp");
+    let theirs = dp.join("rdma-hca-0000:3b:00.2-device.json");
+    for path in [theirs.join("x"), theirs.clone(), dp.clone(), node.devinfo.join("./dp/new/x.json")] {
+        let r = node.run(&bed, "ADD", "c1", &ns, &devinfo_conf(&pci, &path, ""));
+        refused(&r, &["runtimeConfig.CNIDeviceInfoFile", &dp.display().to_string(), "device plugin"]);
+        unchanged(&bed, &ns, &vf, &before);
+        assert!(!dp.exists(), "{} made for {}", dp.display(), path.display());
+    }
+
+    // Elsewhere, ADD makes the directories on the way and DEL removes those it made (and only those).
+    fs::create_dir_all(node.devinfo.join("keep")).unwrap();
+    for (path, made) in [(node.devinfo.join("cni/a/b/x.json"), "cni"), (node.devinfo.join("keep/c/x.json"), "keep/c")] {
+        let conf = devinfo_conf(&pci, &path, "");
+        node.run(&bed, "ADD", "c1", &ns, &conf).ok();
+        assert!(path.is_file());
+        node.run(&bed, "DEL", "c1", &ns, &conf).ok();
+        assert!(!path.exists(), "DEL removes the file it wrote");
+        assert!(!node.devinfo.join(made).exists(), "DEL left {made}, which ADD made");
+        assert!(node.devinfo.join("keep").is_dir(), "DEL removed a directory that was there before ADD");
+        assert_eq!(identity(None, &vf), Some(before.clone()));
+    }
+    // A directory ADD made that holds something else by DEL's time stays, with what it holds.
+    let path = node.devinfo.join("cni/x.json");
+    let conf = devinfo_conf(&pci, &path, "");
+    node.run(&bed, "ADD", "c1", &ns, &conf).ok();
+    fs::write(node.devinfo.join("cni/other.json"), "{}").unwrap();
+    node.run(&bed, "DEL", "c1", &ns, &conf).ok();
+    assert!(!path.exists() && node.devinfo.join("cni/other.json").is_file());
+    assert!(bed.records().is_empty());
+}
+
 fn log_conf(pci: &str, path: &Path) -> String {
     conf_dev("1.0.0", pci, &format!(r#","mtu":9000,"logFile":"{}""#, path.display()))
 }
@@ -317,6 +354,40 @@ fn a_malformed_policy_fails_closed_naming_the_file_and_the_key() {
         fs::write(&node.policy, body).unwrap();
         let r = node.add_in(&bed, Some("a"), "c1", &ns, &conf);
         refused(&r, &[&file, key]);
+        unchanged(&bed, &ns, &vf, &before);
+    }
+}
+
+#[test]
+fn a_policy_that_exists_but_cannot_be_read_or_followed_fails_closed() {
+    root_only!();
+    let (bed, node, ns, pci, vf, before) = setup("pcr", 1);
+    let conf = conf_dev("1.0.0", &pci, "");
+    let gone = bed.dir.join("moved-away.json");
+    let etc = bed.dir.join("etc");
+    fs::create_dir_all(&etc).unwrap();
+    // A link whose target moved away, a link on the way to it, a directory, and a FIFO (which would block a read).
+    let linked_dir = bed.dir.join("etc-link");
+    std::os::unix::fs::symlink(bed.dir.join("etc-gone"), &linked_dir).unwrap();
+    std::os::unix::fs::symlink(&gone, &node.policy).unwrap();
+    fs::create_dir(etc.join("dir.json")).unwrap();
+    mkfifo(&etc.join("fifo.json"));
+    let link = node.policy.display().to_string();
+    for (file, needles) in [
+        (node.policy.clone(), vec![link.as_str(), "symbolic link", gone.to_str().unwrap()]),
+        (linked_dir.join("policy.json"), vec![linked_dir.to_str().unwrap(), "symbolic link"]),
+        (etc.join("dir.json"), vec!["dir.json"]),
+        (etc.join("fifo.json"), vec!["fifo.json", "not a regular file"]),
+    ] {
+        let mut e = node.env(&bed, "ADD", "c1", &ns);
+        e.insert("SRIOV_RDMA_POLICY".into(), file.display().to_string());
+        let child = spawn_plugin(&bed.sysfs, &bed.state, &e, &conf);
+        let r = wait_bounded(child, std::time::Duration::from_secs(20)).expect("ADD hung reading the policy");
+        assert!(!r.ok, "{}: taken as no policy: {}", file.display(), r.stdout);
+        assert_eq!(r.code(), 5, "{}: {}", file.display(), r.stdout);
+        for n in &needles {
+            assert!(r.msg().contains(n), "{}: message lacks {n:?}: {}", file.display(), r.msg());
+        }
         unchanged(&bed, &ns, &vf, &before);
     }
 }

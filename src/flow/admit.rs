@@ -13,12 +13,18 @@ use crate::model::PciAddr;
 use crate::policy::{Policy, Request};
 use std::path::{Path, PathBuf};
 
-/// `path` (the value of `key`) inside the node's directory `base`, with no symbolic link on the way now.
-fn confine(key: &str, base: &Path, path: &Path) -> CniResult<Confined> {
+/// `path` (the value of `key`) inside the node's directory `base` as `place` allows it, with no symbolic link on
+/// the way now.
+fn confine(
+    key: &str,
+    base: &Path,
+    path: &Path,
+    place: fn(&Path, &Path) -> Result<Confined, String>,
+) -> CniResult<Confined> {
     let refused = |why: String| {
         CniError::config(format!("{key} {}: {why} (this node keeps it inside {}/)", path.display(), base.display()))
     };
-    let c = Confined::new(base, path).map_err(refused)?;
+    let c = place(base, path).map_err(refused)?;
     c.no_symlink_yet().map_err(|e| refused(e.to_string()))?;
     Ok(c)
 }
@@ -31,7 +37,7 @@ pub fn init_log(paths: &Paths, conf: &NetConf, command: Command) -> CniResult<()
         crate::log::init(conf.log_level, None);
         return Ok(());
     };
-    let opened = confine("logFile", &paths.log_dir, path).and_then(|at| {
+    let opened = confine("logFile", &paths.log_dir, path, Confined::new).and_then(|at| {
         crate::log::open(&at).map_err(|e| {
             if is_symlink_refusal(&e) {
                 CniError::config(format!("logFile {}: {e}", path.display()))
@@ -104,7 +110,7 @@ impl KubeletClaims {
 /// ADD's checks: the device-info file's place, the kubelet's allocation of a `deviceID`, and the node policy.
 pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
     if let Some(p) = &conf.device_info_file {
-        confine("runtimeConfig.CNIDeviceInfoFile", &paths.devinfo_dir, p)?;
+        confine("runtimeConfig.CNIDeviceInfoFile", &paths.devinfo_dir, p, super::rdma::device_info_place)?;
     }
     if let Some(VfSource::Device(pci)) = &conf.source {
         KubeletClaims::load(paths, env)?.admit(pci)?;
