@@ -312,15 +312,15 @@ fn the_node_policy_limits_pfs_namespaces_and_vlans() {
         refused(&r, &[what, &format!("namespaces.{who}.vlans"), &file]);
         unchanged(&bed, &ns, &vf, &before);
     }
-    // Within the ranges: past the policy. Untagged is attached; a VLAN reaches the PF, which on this bed (a veth
-    // stand-in has no VF table) cannot hold one: that, not the policy, is what stops it here.
-    node.add_in(&bed, Some("team-a"), "c1", &ns, &by_pf).ok();
-    assert!(link(Some(&ns), "net1").is_some());
-    node.run(&bed, "DEL", "c1", &ns, &by_pf).ok();
-    assert_eq!(identity(None, &vf), Some(before.clone()));
-    for (who, v) in [("team-a", 150), ("team-c", 300)] {
-        let r = node.add_in(&bed, Some(who), "c1", &ns, &vlan(v));
-        assert!(!r.ok && r.code() == 5 && r.msg().contains("no VF table"), "{who} VLAN {v}: {}", r.stdout);
+    // Within the ranges: past the policy, and the VLAN reaches the PF, which on this bed (a veth stand-in has no
+    // VF table) cannot hold one: that, not the policy, is what stops it here. Untagged (no vlan) is VLAN 0 set on
+    // the PF too: the PF's row may carry another VLAN, which leaving it out would keep.
+    for (who, conf, what) in
+        [("team-a", by_pf.clone(), "vlan 0"), ("team-a", vlan(150), "vlan 150"), ("team-c", vlan(300), "vlan 300")]
+    {
+        let r = node.add_in(&bed, Some(who), "c1", &ns, &conf);
+        assert!(!r.ok && r.code() == 5, "{who} {what}: {}", r.stdout);
+        assert!(r.msg().contains(what) && r.msg().contains("no VF table"), "{who} {what}: {}", r.msg());
         unchanged(&bed, &ns, &vf, &before);
     }
     // A "*" entry stands for every namespace not listed.
@@ -333,6 +333,57 @@ fn the_node_policy_limits_pfs_namespaces_and_vlans() {
     write_policy(&node, &serde_json::json!({"pfs": []}));
     node.run(&bed, "DEL", "c1", &ns, &by_dev).ok();
     assert_eq!(identity(None, &vf), Some(before.clone()));
+    assert!(bed.records().is_empty());
+}
+
+#[test]
+fn the_node_policy_forces_spoofchk_trust_admin_mac_and_rates_per_namespace() {
+    root_only!();
+    let (bed, node, ns, pci, vf, before) = setup("pti", 1);
+    let file = node.policy.display().to_string();
+    write_policy(
+        &node,
+        &serde_json::json!({"namespaces": {
+            "tenant": {"spoofchk": "on", "trust": "off", "macs": ["02:00:00:0a:00:00-02:00:00:0a:ff:ff"],
+                       "maxTxRate": 1000, "minTxRate": 100},
+            "no-mac": {"macs": []},
+            "open": {},
+        }}),
+    );
+    let with = |extra: &str| conf_dev("1.0.0", &pci, extra);
+    // Outside a rule: refused before anything changes, naming the rule and the file.
+    for (who, extra, needles) in [
+        ("tenant", r#","spoofchk":"off""#, vec!["spoofchk off", "namespaces.tenant.spoofchk"]),
+        ("tenant", r#","trust":"on""#, vec!["trust on", "namespaces.tenant.trust"]),
+        ("tenant", r#","mac":"02:00:00:0b:00:01""#, vec!["mac 02:00:00:0b:00:01", "namespaces.tenant.macs"]),
+        ("tenant", r#","runtimeConfig":{"mac":"02:00:00:0b:00:02"}"#, vec!["mac 02:00:00:0b:00:02", "macs"]),
+        ("tenant", r#","max_tx_rate":0"#, vec!["max_tx_rate 0", "namespaces.tenant.maxTxRate"]),
+        ("tenant", r#","max_tx_rate":5000"#, vec!["max_tx_rate 5000", "namespaces.tenant.maxTxRate"]),
+        ("tenant", r#","min_tx_rate":500,"max_tx_rate":900"#, vec!["min_tx_rate 500", "namespaces.tenant.minTxRate"]),
+        ("no-mac", r#","mac":"02:00:00:0a:00:01""#, vec!["mac 02:00:00:0a:00:01", "namespaces.no-mac.macs []"]),
+    ] {
+        let r = node.add_in(&bed, Some(who), "c1", &ns, &with(extra));
+        let mut needles = needles;
+        needles.push(&file);
+        refused(&r, &needles);
+        unchanged(&bed, &ns, &vf, &before);
+    }
+    // Left out, or within the rules: past the policy, and the settings reach the PF (left out: what the rules set,
+    // spoofchk on first), which on this bed (a veth stand-in has no VF table) cannot hold them.
+    for (extra, first) in [
+        ("", "spoofchk on"),
+        (r#","spoofchk":"on","trust":"off","mac":"02:00:00:0a:00:07","max_tx_rate":800"#, "mac 02:00:00:0a:00:07"),
+    ] {
+        let r = node.add_in(&bed, Some("tenant"), "c1", &ns, &with(extra));
+        assert!(!r.ok && r.code() == 5, "{extra}: {}", r.stdout);
+        assert!(r.msg().contains(first) && r.msg().contains("no VF table"), "{extra}: {}", r.msg());
+        unchanged(&bed, &ns, &vf, &before);
+    }
+    // A namespace without these rules: nothing set, the VF is attached as the configuration says.
+    node.add_in(&bed, Some("open"), "c1", &ns, &with("")).ok();
+    assert!(link(Some(&ns), "net1").is_some());
+    node.run(&bed, "DEL", "c1", &ns, &with("")).ok();
+    assert_eq!(identity(None, &vf), Some(before));
     assert!(bed.records().is_empty());
 }
 
