@@ -443,6 +443,63 @@ fn a_policy_that_exists_but_cannot_be_read_or_followed_fails_closed() {
     }
 }
 
+/// The YAML documents of deploy/ and examples/, with the file each came from.
+fn shipped_docs() -> Vec<(PathBuf, serde_json::Value)> {
+    use serde::Deserialize;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    for dir in ["deploy", "examples"] {
+        for e in fs::read_dir(root.join(dir)).unwrap().flatten() {
+            if e.path().extension().and_then(|x| x.to_str()) != Some("yaml") {
+                continue;
+            }
+            let text = fs::read_to_string(e.path()).unwrap();
+            for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+                out.push((e.path(), serde_json::Value::deserialize(doc).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_shipped_policy_admits_the_shipped_pods_networks_and_isolates_its_tenants() {
+    use sriov_rdma_cni::policy::{Policy, Request};
+    let docs = shipped_docs();
+    let file = Path::new("/etc/sriov-rdma/policy.json");
+    let cm = docs.iter().find(|(_, v)| v["metadata"]["name"] == "sriov-rdma-policy").expect("the policy ConfigMap");
+    let policy = Policy::parse(file, cm.1["data"]["policy.json"].as_str().unwrap().as_bytes()).unwrap();
+    let ns_of = |v: &serde_json::Value| v["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+    let pods: Vec<String> = docs.iter().filter(|(_, v)| v["kind"] == "Pod").map(|(_, v)| ns_of(v)).collect();
+    assert!(pods.contains(&"default".to_string()), "deploy/pod-nccl.yaml runs in default: {pods:?}");
+    let mut admitted = 0;
+    for (path, nad) in docs.iter().filter(|(_, v)| v["kind"] == "NetworkAttachmentDefinition") {
+        let ns = ns_of(nad);
+        if !pods.contains(&ns) {
+            continue;
+        }
+        let conf = sriov_rdma_cni::cni::config::NetConf::parse(
+            nad["spec"]["config"].as_str().unwrap().as_bytes(),
+            &HashMap::new(),
+        )
+        .unwrap();
+        let r = Request { pf: "ens1f0", pf_pci: "0000:3b:00.0", namespace: Some(&ns), vf: &conf.vf };
+        let vf =
+            policy.admit(&r).unwrap_or_else(|e| panic!("{}: {} refused in {ns}: {}", path.display(), conf.name, e.msg));
+        assert_eq!(vf.spoofchk, Some(true), "{}", path.display());
+        admitted += 1;
+    }
+    assert!(admitted >= 3, "{admitted} NADs of the shipped pods' namespaces");
+    // Its tenant namespaces: a NAD that leaves the settings out gets the isolating ones; trust on is refused.
+    let nothing = sriov_rdma_cni::vf_setting::VfSettings { vlan: Some(150), ..Default::default() };
+    let r = Request { pf: "ens1f0", pf_pci: "0000:3b:00.0", namespace: Some("ml-team-a"), vf: &nothing };
+    let vf = policy.admit(&r).unwrap();
+    assert_eq!((vf.spoofchk, vf.trust, vf.max_tx_rate), (Some(true), Some(false), Some(100000)));
+    let trusting = sriov_rdma_cni::vf_setting::VfSettings { trust: Some(true), ..nothing };
+    let e = policy.admit(&Request { vf: &trusting, ..r }).unwrap_err();
+    assert!(e.msg.contains("namespaces.ml-team-a.trust"), "{}", e.msg);
+}
+
 #[test]
 fn doctor_warns_when_the_node_has_no_policy() {
     root_only!();
