@@ -460,9 +460,11 @@ fn rdma_policy_and_device_info_on_a_host_without_rdma() {
     assert_eq!(v["pci"]["pf-pci-address"], bed.pf_pci.as_str());
     bed.run("DEL", "c1", &ns, "net1", &conf).ok();
     assert!(!info.exists(), "DEL removes the file it wrote");
+    assert!(!bed.dir.join("devinfo").exists(), "and the directory ADD made for it");
     assert_eq!(identity(None, &vf), Some(before));
 
     // A file that was there before ADD is not ours: left alone.
+    std::fs::create_dir_all(bed.dir.join("devinfo")).unwrap();
     std::fs::write(&info, "{}").unwrap();
     bed.run("ADD", "c2", &ns, "net1", &conf).ok();
     bed.run("DEL", "c2", &ns, "net1", &conf).ok();

@@ -147,6 +147,43 @@ fn a_symlink_in_the_device_info_path_is_never_followed() {
     assert!(bed.records().is_empty());
 }
 
+#[test]
+fn the_device_plugins_own_files_are_out_of_reach_and_del_removes_the_directories_add_made() {
+    root_only!();
+    let (bed, node, ns, pci, vf, before) = setup("dpd", 1);
+    // The device plugin's file for another VF, and a path through it (or naming its directory): refused before
+    // anything changes, so its Allocate never meets a directory where its file goes.
+    let dp = node.devinfo.join("dp");
+    let theirs = dp.join("rdma-hca-0000:3b:00.2-device.json");
+    for path in [theirs.join("x"), theirs.clone(), dp.clone(), node.devinfo.join("./dp/new/x.json")] {
+        let r = node.run(&bed, "ADD", "c1", &ns, &devinfo_conf(&pci, &path, ""));
+        refused(&r, &["runtimeConfig.CNIDeviceInfoFile", &dp.display().to_string(), "device plugin"]);
+        unchanged(&bed, &ns, &vf, &before);
+        assert!(!dp.exists(), "{} made for {}", dp.display(), path.display());
+    }
+
+    // Elsewhere, ADD makes the directories on the way and DEL removes those it made (and only those).
+    fs::create_dir_all(node.devinfo.join("keep")).unwrap();
+    for (path, made) in [(node.devinfo.join("cni/a/b/x.json"), "cni"), (node.devinfo.join("keep/c/x.json"), "keep/c")] {
+        let conf = devinfo_conf(&pci, &path, "");
+        node.run(&bed, "ADD", "c1", &ns, &conf).ok();
+        assert!(path.is_file());
+        node.run(&bed, "DEL", "c1", &ns, &conf).ok();
+        assert!(!path.exists(), "DEL removes the file it wrote");
+        assert!(!node.devinfo.join(made).exists(), "DEL left {made}, which ADD made");
+        assert!(node.devinfo.join("keep").is_dir(), "DEL removed a directory that was there before ADD");
+        assert_eq!(identity(None, &vf), Some(before.clone()));
+    }
+    // A directory ADD made that holds something else by DEL's time stays, with what it holds.
+    let path = node.devinfo.join("cni/x.json");
+    let conf = devinfo_conf(&pci, &path, "");
+    node.run(&bed, "ADD", "c1", &ns, &conf).ok();
+    fs::write(node.devinfo.join("cni/other.json"), "{}").unwrap();
+    node.run(&bed, "DEL", "c1", &ns, &conf).ok();
+    assert!(!path.exists() && node.devinfo.join("cni/other.json").is_file());
+    assert!(bed.records().is_empty());
+}
+
 fn log_conf(pci: &str, path: &Path) -> String {
     conf_dev("1.0.0", pci, &format!(r#","mtu":9000,"logFile":"{}""#, path.display()))
 }
@@ -288,15 +325,15 @@ fn the_node_policy_limits_pfs_namespaces_and_vlans() {
         refused(&r, &[what, &format!("namespaces.{who}.vlans"), &file]);
         unchanged(&bed, &ns, &vf, &before);
     }
-    // Within the ranges: past the policy. Untagged is attached; a VLAN reaches the PF, which on this bed (a veth
-    // stand-in has no VF table) cannot hold one: that, not the policy, is what stops it here.
-    node.add_in(&bed, Some("team-a"), "c1", &ns, &by_pf).ok();
-    assert!(link(Some(&ns), "net1").is_some());
-    node.run(&bed, "DEL", "c1", &ns, &by_pf).ok();
-    assert_eq!(identity(None, &vf), Some(before.clone()));
-    for (who, v) in [("team-a", 150), ("team-c", 300)] {
-        let r = node.add_in(&bed, Some(who), "c1", &ns, &vlan(v));
-        assert!(!r.ok && r.code() == 5 && r.msg().contains("no VF table"), "{who} VLAN {v}: {}", r.stdout);
+    // Within the ranges: past the policy, and the VLAN reaches the PF, which on this bed (a veth stand-in has no
+    // VF table) cannot hold one: that, not the policy, is what stops it here. Untagged (no vlan) is VLAN 0 set on
+    // the PF too: the PF's row may carry another VLAN, which leaving it out would keep.
+    for (who, conf, what) in
+        [("team-a", by_pf.clone(), "vlan 0"), ("team-a", vlan(150), "vlan 150"), ("team-c", vlan(300), "vlan 300")]
+    {
+        let r = node.add_in(&bed, Some(who), "c1", &ns, &conf);
+        assert!(!r.ok && r.code() == 5, "{who} {what}: {}", r.stdout);
+        assert!(r.msg().contains(what) && r.msg().contains("no VF table"), "{who} {what}: {}", r.msg());
         unchanged(&bed, &ns, &vf, &before);
     }
     // A "*" entry stands for every namespace not listed.
@@ -309,6 +346,57 @@ fn the_node_policy_limits_pfs_namespaces_and_vlans() {
     write_policy(&node, &serde_json::json!({"pfs": []}));
     node.run(&bed, "DEL", "c1", &ns, &by_dev).ok();
     assert_eq!(identity(None, &vf), Some(before.clone()));
+    assert!(bed.records().is_empty());
+}
+
+#[test]
+fn the_node_policy_forces_spoofchk_trust_admin_mac_and_rates_per_namespace() {
+    root_only!();
+    let (bed, node, ns, pci, vf, before) = setup("pti", 1);
+    let file = node.policy.display().to_string();
+    write_policy(
+        &node,
+        &serde_json::json!({"namespaces": {
+            "tenant": {"spoofchk": "on", "trust": "off", "macs": ["02:00:00:0a:00:00-02:00:00:0a:ff:ff"],
+                       "maxTxRate": 1000, "minTxRate": 100},
+            "no-mac": {"macs": []},
+            "open": {},
+        }}),
+    );
+    let with = |extra: &str| conf_dev("1.0.0", &pci, extra);
+    // Outside a rule: refused before anything changes, naming the rule and the file.
+    for (who, extra, needles) in [
+        ("tenant", r#","spoofchk":"off""#, vec!["spoofchk off", "namespaces.tenant.spoofchk"]),
+        ("tenant", r#","trust":"on""#, vec!["trust on", "namespaces.tenant.trust"]),
+        ("tenant", r#","mac":"02:00:00:0b:00:01""#, vec!["mac 02:00:00:0b:00:01", "namespaces.tenant.macs"]),
+        ("tenant", r#","runtimeConfig":{"mac":"02:00:00:0b:00:02"}"#, vec!["mac 02:00:00:0b:00:02", "macs"]),
+        ("tenant", r#","max_tx_rate":0"#, vec!["max_tx_rate 0", "namespaces.tenant.maxTxRate"]),
+        ("tenant", r#","max_tx_rate":5000"#, vec!["max_tx_rate 5000", "namespaces.tenant.maxTxRate"]),
+        ("tenant", r#","min_tx_rate":500,"max_tx_rate":900"#, vec!["min_tx_rate 500", "namespaces.tenant.minTxRate"]),
+        ("no-mac", r#","mac":"02:00:00:0a:00:01""#, vec!["mac 02:00:00:0a:00:01", "namespaces.no-mac.macs []"]),
+    ] {
+        let r = node.add_in(&bed, Some(who), "c1", &ns, &with(extra));
+        let mut needles = needles;
+        needles.push(&file);
+        refused(&r, &needles);
+        unchanged(&bed, &ns, &vf, &before);
+    }
+    // Left out, or within the rules: past the policy, and the settings reach the PF (left out: what the rules set,
+    // spoofchk on first), which on this bed (a veth stand-in has no VF table) cannot hold them.
+    for (extra, first) in [
+        ("", "spoofchk on"),
+        (r#","spoofchk":"on","trust":"off","mac":"02:00:00:0a:00:07","max_tx_rate":800"#, "mac 02:00:00:0a:00:07"),
+    ] {
+        let r = node.add_in(&bed, Some("tenant"), "c1", &ns, &with(extra));
+        assert!(!r.ok && r.code() == 5, "{extra}: {}", r.stdout);
+        assert!(r.msg().contains(first) && r.msg().contains("no VF table"), "{extra}: {}", r.msg());
+        unchanged(&bed, &ns, &vf, &before);
+    }
+    // A namespace without these rules: nothing set, the VF is attached as the configuration says.
+    node.add_in(&bed, Some("open"), "c1", &ns, &with("")).ok();
+    assert!(link(Some(&ns), "net1").is_some());
+    node.run(&bed, "DEL", "c1", &ns, &with("")).ok();
+    assert_eq!(identity(None, &vf), Some(before));
     assert!(bed.records().is_empty());
 }
 
@@ -332,6 +420,97 @@ fn a_malformed_policy_fails_closed_naming_the_file_and_the_key() {
         refused(&r, &[&file, key]);
         unchanged(&bed, &ns, &vf, &before);
     }
+}
+
+#[test]
+fn a_policy_that_exists_but_cannot_be_read_or_followed_fails_closed() {
+    root_only!();
+    let (bed, node, ns, pci, vf, before) = setup("pcr", 1);
+    let conf = conf_dev("1.0.0", &pci, "");
+    let gone = bed.dir.join("moved-away.json");
+    let etc = bed.dir.join("etc");
+    fs::create_dir_all(&etc).unwrap();
+    // A link whose target moved away, a link on the way to it, a directory, and a FIFO (which would block a read).
+    let linked_dir = bed.dir.join("etc-link");
+    std::os::unix::fs::symlink(bed.dir.join("etc-gone"), &linked_dir).unwrap();
+    std::os::unix::fs::symlink(&gone, &node.policy).unwrap();
+    fs::create_dir(etc.join("dir.json")).unwrap();
+    mkfifo(&etc.join("fifo.json"));
+    let link = node.policy.display().to_string();
+    for (file, needles) in [
+        (node.policy.clone(), vec![link.as_str(), "symbolic link", gone.to_str().unwrap()]),
+        (linked_dir.join("policy.json"), vec![linked_dir.to_str().unwrap(), "symbolic link"]),
+        (etc.join("dir.json"), vec!["dir.json"]),
+        (etc.join("fifo.json"), vec!["fifo.json", "not a regular file"]),
+    ] {
+        let mut e = node.env(&bed, "ADD", "c1", &ns);
+        e.insert("SRIOV_RDMA_POLICY".into(), file.display().to_string());
+        let child = spawn_plugin(&bed.sysfs, &bed.state, &e, &conf);
+        let r = wait_bounded(child, std::time::Duration::from_secs(20)).expect("ADD hung reading the policy");
+        assert!(!r.ok, "{}: taken as no policy: {}", file.display(), r.stdout);
+        assert_eq!(r.code(), 5, "{}: {}", file.display(), r.stdout);
+        for n in &needles {
+            assert!(r.msg().contains(n), "{}: message lacks {n:?}: {}", file.display(), r.msg());
+        }
+        unchanged(&bed, &ns, &vf, &before);
+    }
+}
+
+/// The YAML documents of deploy/ and examples/, with the file each came from.
+fn shipped_docs() -> Vec<(PathBuf, serde_json::Value)> {
+    use serde::Deserialize;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    for dir in ["deploy", "examples"] {
+        for e in fs::read_dir(root.join(dir)).unwrap().flatten() {
+            if e.path().extension().and_then(|x| x.to_str()) != Some("yaml") {
+                continue;
+            }
+            let text = fs::read_to_string(e.path()).unwrap();
+            for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+                out.push((e.path(), serde_json::Value::deserialize(doc).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_shipped_policy_admits_the_shipped_pods_networks_and_isolates_its_tenants() {
+    use sriov_rdma_cni::policy::{Policy, Request};
+    let docs = shipped_docs();
+    let file = Path::new("/etc/sriov-rdma/policy.json");
+    let cm = docs.iter().find(|(_, v)| v["metadata"]["name"] == "sriov-rdma-policy").expect("the policy ConfigMap");
+    let policy = Policy::parse(file, cm.1["data"]["policy.json"].as_str().unwrap().as_bytes()).unwrap();
+    let ns_of = |v: &serde_json::Value| v["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+    let pods: Vec<String> = docs.iter().filter(|(_, v)| v["kind"] == "Pod").map(|(_, v)| ns_of(v)).collect();
+    assert!(pods.contains(&"default".to_string()), "deploy/pod-nccl.yaml runs in default: {pods:?}");
+    let mut admitted = 0;
+    for (path, nad) in docs.iter().filter(|(_, v)| v["kind"] == "NetworkAttachmentDefinition") {
+        let ns = ns_of(nad);
+        if !pods.contains(&ns) {
+            continue;
+        }
+        let conf = sriov_rdma_cni::cni::config::NetConf::parse(
+            nad["spec"]["config"].as_str().unwrap().as_bytes(),
+            &HashMap::new(),
+        )
+        .unwrap();
+        let r = Request { pf: "ens1f0", pf_pci: "0000:3b:00.0", namespace: Some(&ns), vf: &conf.vf };
+        let vf =
+            policy.admit(&r).unwrap_or_else(|e| panic!("{}: {} refused in {ns}: {}", path.display(), conf.name, e.msg));
+        assert_eq!(vf.spoofchk, Some(true), "{}", path.display());
+        admitted += 1;
+    }
+    assert!(admitted >= 3, "{admitted} NADs of the shipped pods' namespaces");
+    // Its tenant namespaces: a NAD that leaves the settings out gets the isolating ones; trust on is refused.
+    let nothing = sriov_rdma_cni::vf_setting::VfSettings { vlan: Some(150), ..Default::default() };
+    let r = Request { pf: "ens1f0", pf_pci: "0000:3b:00.0", namespace: Some("ml-team-a"), vf: &nothing };
+    let vf = policy.admit(&r).unwrap();
+    assert_eq!((vf.spoofchk, vf.trust, vf.max_tx_rate), (Some(true), Some(false), Some(100000)));
+    let trusting = sriov_rdma_cni::vf_setting::VfSettings { trust: Some(true), ..nothing };
+    let e = policy.admit(&Request { vf: &trusting, ..r }).unwrap_err();
+    assert!(e.msg.contains("namespaces.ml-team-a.trust"), "{}", e.msg);
 }
 
 #[test]

@@ -224,7 +224,9 @@ fn attach(cx: &mut Apply, plan: &[VfSetting], move_rdma: bool) -> CniResult<Atta
     }
     // A file already there is someone else's (Multus copies the device plugin's): left to them.
     if let Some(path) = conf.device_info_file.as_ref().filter(|p| std::fs::symlink_metadata(p).is_err()) {
-        cx.run(Step::DeviceInfo(path.clone()))?;
+        // The directories the write will make are recorded first, for DEL to remove.
+        let dirs = rdma::device_info_place(&cx.s.host.devinfo_dir, path).map_or(0, |at| at.missing_dirs());
+        cx.run(Step::DeviceInfo { path: path.clone(), dirs })?;
     }
     result.interfaces = vec![Interface {
         name: env.ifname.clone(),

@@ -1,6 +1,7 @@
 //! What the node lets a configuration do, decided before anything changes. A NetworkAttachmentDefinition is
 //! tenant input: its `logFile` and `runtimeConfig.CNIDeviceInfoFile` stay inside the node's directories and never
-//! pass through a symbolic link, its `deviceID`/`pfName` and `vlan` must be within the node policy, and a VF the
+//! pass through a symbolic link (nor reach the device plugin's own files), its `deviceID`/`pfName`, `vlan` and VF
+//! settings must be within the node policy (which also sets what the configuration leaves out), and a VF the
 //! kubelet manages is this pod's only if the kubelet allocated it to this pod (docs/security.md).
 
 use super::context::{not_usable, Paths};
@@ -11,15 +12,22 @@ use crate::kernel::confined::{is_symlink_refusal, Confined};
 use crate::kubelet::{Checkpoint, CHECKPOINT};
 use crate::model::PciAddr;
 use crate::policy::{Policy, Request};
+use crate::vf_setting::VfSettings;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-/// `path` (the value of `key`) inside the node's directory `base`, with no symbolic link on the way now.
-fn confine(key: &str, base: &Path, path: &Path) -> CniResult<Confined> {
+/// `path` (the value of `key`) inside the node's directory `base` as `place` allows it, with no symbolic link on
+/// the way now.
+fn confine(
+    key: &str,
+    base: &Path,
+    path: &Path,
+    place: fn(&Path, &Path) -> Result<Confined, String>,
+) -> CniResult<Confined> {
     let refused = |why: String| {
         CniError::config(format!("{key} {}: {why} (this node keeps it inside {}/)", path.display(), base.display()))
     };
-    let c = Confined::new(base, path).map_err(refused)?;
+    let c = place(base, path).map_err(refused)?;
     c.no_symlink_yet().map_err(|e| refused(e.to_string()))?;
     Ok(c)
 }
@@ -34,7 +42,7 @@ pub fn init_log(paths: &Paths, conf: &NetConf, _command: Command) -> CniResult<(
         return Ok(());
     };
     let open = |p: &Path| {
-        confine("logFile", &paths.log_dir, p).and_then(|at| {
+        confine("logFile", &paths.log_dir, p, Confined::new).and_then(|at| {
             crate::log::open(&at).map_err(|e| {
                 if is_symlink_refusal(&e) {
                     CniError::config(format!("logFile {}: {e}", p.display()))
@@ -118,17 +126,18 @@ impl KubeletClaims {
 }
 
 /// ADD's checks: the device-info file's place, the kubelet's allocation of a `deviceID`, and the node policy.
-pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
+/// Allowed: the VF settings ADD applies, the configuration's with what the policy sets where it leaves one out.
+pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<VfSettings> {
     if let Some(p) = &conf.device_info_file {
-        confine("runtimeConfig.CNIDeviceInfoFile", &paths.devinfo_dir, p)?;
+        confine("runtimeConfig.CNIDeviceInfoFile", &paths.devinfo_dir, p, super::rdma::device_info_place)?;
     }
     if let Some(VfSource::Device(pci)) = &conf.source {
         KubeletClaims::load(paths, env)?.admit(pci)?;
     }
-    let Some(policy) = Policy::load(&paths.policy)? else { return Ok(()) };
+    let Some(policy) = Policy::load(&paths.policy)? else { return Ok(conf.vf.clone()) };
     let sysfs = paths.sysfs();
     let (pf, pf_pci) = match &conf.source {
-        None => return Ok(()), // refused by ADD itself, naming the keys
+        None => return Ok(conf.vf.clone()), // refused by ADD itself, naming the keys
         Some(VfSource::Device(pci)) => {
             let vf = sysfs.vf(pci).map_err(|e| not_usable(format!("deviceID {pci}"), e))?;
             (vf.pf, vf.pf_pci)
@@ -141,6 +150,6 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
         pf: &pf,
         pf_pci: pf_pci.as_str(),
         namespace: env.args.get("K8S_POD_NAMESPACE").map(String::as_str).filter(|n| !n.is_empty()),
-        vlan: conf.vf.vlan.unwrap_or(0),
+        vf: &conf.vf,
     })
 }

@@ -83,8 +83,9 @@ pub enum Step {
     NetdevIn,
     /// IPAM ADD: an address for the pod. Its addresses and routes live on the netdev in the pod and leave with it.
     Ipam,
-    /// The NPWG device-info file (not begun when the file is there already: someone else's).
-    DeviceInfo(PathBuf),
+    /// The NPWG device-info file (not begun when the file is there already: someone else's), and how many of its
+    /// directories (the innermost) did not exist before: made by this step, removed by its undo when empty.
+    DeviceInfo { path: PathBuf, dirs: usize },
 }
 
 impl Step {
@@ -117,7 +118,7 @@ impl Step {
             Step::RdmaIn(d) => format!("RDMA device {} into the pod", d.name),
             Step::NetdevIn => "netdev into the pod".into(),
             Step::Ipam => "IPAM".into(),
-            Step::DeviceInfo(p) => format!("device-info file {}", p.display()),
+            Step::DeviceInfo { path, .. } => format!("device-info file {}", path.display()),
         }
     }
 

@@ -63,7 +63,7 @@ impl Step {
                 };
                 Ok(())
             }
-            Step::DeviceInfo(path) => {
+            Step::DeviceInfo { path, .. } => {
                 let dev = cx.rec.rdma.as_ref().map(|r| r.device.name.as_str());
                 rdma::write_device_info(&cx.s.host.devinfo_dir, path, &cx.rec.pci, &cx.rec.pf_pci, dev)
                     .ctx(|| format!("writing the device-info file {}", path.display()))?;
@@ -126,8 +126,8 @@ impl Step {
                     Err(e) => u.ipam_done(Err(e)),
                 }
             }
-            Step::DeviceInfo(path) => {
-                if let Err(e) = remove_device_info(&u.s.host.devinfo_dir, path, u.rec) {
+            Step::DeviceInfo { path, dirs } => {
+                if let Err(e) = remove_device_info(&u.s.host.devinfo_dir, path, *dirs, u.rec) {
                     u.fail(e);
                 }
             }
@@ -137,9 +137,9 @@ impl Step {
 
 /// Removes the device-info file if it is the one this VF's ADD wrote, byte for byte; one that is missing, or
 /// that someone else wrote (Multus copies the device plugin's there before ADD, and removes it itself), is left.
-/// Only inside the node's device-info directory `base` and never through a symbolic link: anything else is left
-/// as it is (said in the log), and DEL goes on.
-fn remove_device_info(base: &std::path::Path, path: &std::path::Path, rec: &Attachment) -> CniResult<()> {
+/// Then the `dirs` directories ADD made on its way, those left empty. Only inside the node's device-info directory
+/// `base` and never through a symbolic link: anything else is left as it is (said in the log), and DEL goes on.
+fn remove_device_info(base: &std::path::Path, path: &std::path::Path, dirs: usize, rec: &Attachment) -> CniResult<()> {
     let what = || format!("removing the device-info file {}", path.display());
     let left = |why: &dyn std::fmt::Display| -> CniResult<()> {
         crate::warn!("device-info file {} of VF {} left as it is: {why}", path.display(), rec.pci);
@@ -149,19 +149,29 @@ fn remove_device_info(base: &std::path::Path, path: &std::path::Path, rec: &Atta
         Ok(at) => at,
         Err(why) => return left(&format_args!("{why} ({}/)", base.display())),
     };
-    let body = match at.read() {
-        Ok(Some(b)) => b,
-        // Never written (missing, or a path under a file, where ADD's write failed too).
-        Ok(None) => return Ok(()),
+    match at.read() {
+        // Never written (missing, or a path under a file, where ADD's write failed too), or removed before.
+        Ok(None) => {}
+        Ok(Some(body)) => {
+            let dev = rec.rdma.as_ref().map(|r| r.device.name.as_str());
+            if body == rdma::device_info(&rec.pci, &rec.pf_pci, dev).as_bytes() {
+                at.remove().ctx(what)?;
+            } else {
+                // Its directory is then not empty either, and stays.
+                crate::info!(
+                    "device-info file {} is not the one ADD wrote for VF {}; left as it is",
+                    path.display(),
+                    rec.pci
+                );
+            }
+        }
         Err(e) if is_symlink_refusal(&e) || e.kind() == std::io::ErrorKind::InvalidInput => return left(&e),
         Err(e) => return Err(e).ctx(what),
-    };
-    let ours = rdma::device_info(&rec.pci, &rec.pf_pci, rec.rdma.as_ref().map(|r| r.device.name.as_str()));
-    if body != ours.as_bytes() {
-        crate::info!("device-info file {} is not the one ADD wrote for VF {}; left as it is", path.display(), rec.pci);
-        return Ok(());
     }
-    at.remove().ctx(what)
+    match at.remove_dirs(dirs) {
+        Err(e) if is_symlink_refusal(&e) => left(&e),
+        r => r.ctx(|| format!("removing the directories ADD made for the device-info file {}", path.display())),
+    }
 }
 
 /// IPAM in ADD: not started, running alongside the netdev move, or finished.

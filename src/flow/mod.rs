@@ -51,7 +51,8 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     };
     match env.command {
         Command::Add => {
-            admit::add(&paths, &conf, &env)?;
+            // The node policy may set what the configuration leaves out (untagged, spoofchk on…).
+            let conf = NetConf { vf: admit::add(&paths, &conf, &env)?, ..conf };
             let r = add::add(&paths, &conf, &env)?.to_json(conf.version);
             let r = match &conf.prev_result {
                 Some(prev) => crate::cni::result::chained(r, prev),

@@ -193,8 +193,25 @@ pub fn device_info(pci: &PciAddr, pf_pci: &PciAddr, rdma: Option<&str>) -> Strin
     serde_json::json!({"type": "pci", "version": "1.1.0", "pci": pci_obj}).to_string()
 }
 
+/// The device plugin's own directory below the node's device-info directory (its Allocate writes
+/// `dp/<resource>-<pci>-device.json` there): no configuration's file goes there, nor a file named so.
+pub const DEVICE_PLUGIN_DIR: &str = "dp";
+
+/// Where a configuration's device-info file `path` may go: inside the node's device-info directory `base`, and
+/// not in the device plugin's own directory; why not, otherwise.
+pub fn device_info_place(base: &Path, path: &Path) -> Result<Confined, String> {
+    let at = Confined::new(base, path)?;
+    if at.top() == DEVICE_PLUGIN_DIR {
+        return Err(format!(
+            "is in {}/{DEVICE_PLUGIN_DIR}/, the device plugin's own files, which no network configuration may touch",
+            base.display()
+        ));
+    }
+    Ok(at)
+}
+
 /// Writes the NPWG device-info file (spec 1.1.0) if it does not exist yet, only inside the node's device-info
-/// directory `base` and never through a symbolic link; true when this call wrote it.
+/// directory `base` (not the device plugin's part) and never through a symbolic link; true when this call wrote it.
 pub fn write_device_info(
     base: &Path,
     path: &Path,
@@ -203,7 +220,7 @@ pub fn write_device_info(
     rdma: Option<&str>,
 ) -> io::Result<bool> {
     use std::io::Write;
-    let at = Confined::new(base, path)
+    let at = device_info_place(base, path)
         .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, format!("{why} ({}/)", base.display())))?;
     match at.create_new(0o444)? {
         Some(mut f) => {

@@ -87,10 +87,22 @@ impl<'de> Deserialize<'de> for StepV2 {
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "kebab-case")]
 enum OwnStep {
-    RdmaIn { device: String, index: Option<u32> },
+    RdmaIn {
+        device: String,
+        index: Option<u32>,
+    },
     NetdevIn,
     Ipam,
-    DeviceInfo { path: String },
+    DeviceInfo {
+        path: String,
+        /// How many of the file's directories ADD made (the innermost ones), for DEL to remove; absent before.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        dirs: usize,
+    },
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Formats 0 and 1.
@@ -290,7 +302,9 @@ impl StepV2 {
                 Step::RdmaIn(d) => OwnStep::RdmaIn { device: d.name.clone(), index: d.index },
                 Step::NetdevIn => OwnStep::NetdevIn,
                 Step::Ipam => OwnStep::Ipam,
-                Step::DeviceInfo(p) => OwnStep::DeviceInfo { path: p.display().to_string() },
+                Step::DeviceInfo { path, dirs } => {
+                    OwnStep::DeviceInfo { path: path.display().to_string(), dirs: *dirs }
+                }
                 Step::PfSetting(_) | Step::AdminMac(_) | Step::IbGuid { .. } => unreachable!("a PF-side setting"),
             }),
         }
@@ -302,7 +316,7 @@ impl StepV2 {
             StepV2::Own(OwnStep::RdmaIn { device, index }) => Step::RdmaIn(Found { name: device, index }),
             StepV2::Own(OwnStep::NetdevIn) => Step::NetdevIn,
             StepV2::Own(OwnStep::Ipam) => Step::Ipam,
-            StepV2::Own(OwnStep::DeviceInfo { path }) => Step::DeviceInfo(PathBuf::from(path)),
+            StepV2::Own(OwnStep::DeviceInfo { path, dirs }) => Step::DeviceInfo { path: PathBuf::from(path), dirs },
         }
     }
 }
@@ -426,7 +440,7 @@ impl V1 {
         }
         journal.push(Step::Ipam);
         if let Some(p) = self.device_info {
-            journal.push(Step::DeviceInfo(PathBuf::from(p)));
+            journal.push(Step::DeviceInfo { path: PathBuf::from(p), dirs: 0 });
         }
         Ok(Attachment {
             network: self.network,
@@ -514,7 +528,7 @@ pub(crate) fn sample() -> Attachment {
             Step::RdmaIn(Found { name: "mlx5_3".into(), index: Some(4) }),
             Step::NetdevIn,
             Step::Ipam,
-            Step::DeviceInfo("/var/run/k8s.cni.cncf.io/devinfo/x.json".into()),
+            Step::DeviceInfo { path: "/var/run/k8s.cni.cncf.io/devinfo/x.json".into(), dirs: 0 },
         ],
     }
 }
@@ -531,6 +545,17 @@ mod tests {
         let body = String::from_utf8(encode(&sample()).unwrap()).unwrap();
         assert_eq!(body.trim_end(), GOLDEN_2.trim_end(), "the on-disk format changed: that needs a new version");
         assert_eq!(decode(GOLDEN_2.as_bytes()).unwrap(), sample());
+    }
+
+    #[test]
+    fn the_directories_add_made_for_the_device_info_file_are_kept_where_any_were_made() {
+        let mut a = sample();
+        let made = Step::DeviceInfo { path: "/var/run/k8s.cni.cncf.io/devinfo/cni/a/x.json".into(), dirs: 2 };
+        *a.journal.last_mut().unwrap() = made.clone();
+        let body = encode(&a).unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["journal"].as_array().unwrap().last().unwrap()["dirs"], 2);
+        assert_eq!(decode(&body).unwrap().journal.last(), Some(&made));
     }
 
     #[test]
@@ -564,7 +589,7 @@ mod tests {
                 Step::RdmaIn(Found { name: "mlx5_3".into(), index: Some(4) }),
                 Step::NetdevIn,
                 Step::Ipam,
-                Step::DeviceInfo("/run/devinfo/x.json".into()),
+                Step::DeviceInfo { path: "/run/devinfo/x.json".into(), dirs: 0 },
             ]
         );
     }

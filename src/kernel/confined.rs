@@ -82,9 +82,19 @@ impl Confined {
         self.below[..depth].iter().fold(self.base.clone(), |p, c| p.join(c))
     }
 
+    /// The first component below the base (the top directory, or the file itself when it sits in the base).
+    pub fn top(&self) -> &OsString {
+        &self.below[0]
+    }
+
     /// The file's directory, walked from the base without following a link; `None` when a part is missing and
     /// `create` is false. With `create`, missing directories are made (the base too: it is the node's).
     fn dir(&self, create: bool) -> io::Result<Option<OwnedFd>> {
+        self.walk(self.below.len() - 1, create)
+    }
+
+    /// The directory `depth` components below the base (0: the base), walked as [`Confined::dir`] walks.
+    fn walk(&self, depth: usize, create: bool) -> io::Result<Option<OwnedFd>> {
         if create {
             std::fs::DirBuilder::new().recursive(true).mode(DIR_MODE).create(&self.base)?;
         }
@@ -94,7 +104,7 @@ impl Confined {
             Err(Errno::ENOENT) if !create => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        for (i, c) in self.below[..self.below.len() - 1].iter().enumerate() {
+        for (i, c) in self.below[..depth].iter().enumerate() {
             let open = |d: &OwnedFd| openat(d, c.as_os_str(), dir_flags | OFlag::O_NOFOLLOW, Mode::empty());
             dir = match open(&dir) {
                 Ok(d) => d,
@@ -180,6 +190,37 @@ impl Confined {
         }
     }
 
+    /// How many of the file's directories below the base do not exist yet (what [`Confined::create_new`] would
+    /// make), changing nothing; 0 when a part of the way is not a directory or is a link (the write fails then).
+    pub fn missing_dirs(&self) -> usize {
+        let dirs = self.below.len() - 1;
+        for depth in 0..=dirs {
+            match self.walk(depth, false) {
+                Ok(Some(_)) => {}
+                // Missing from here on (the base's own absence counts for none of them: it is the node's).
+                Ok(None) => return dirs + 1 - depth.max(1),
+                Err(_) => return 0,
+            }
+        }
+        0
+    }
+
+    /// Removes the innermost `n` directories of the file's way (never the base), each only if empty and not a
+    /// link: the ones ADD made. A missing one is skipped; one that is not empty (or is a link) ends the removal.
+    pub fn remove_dirs(&self, n: usize) -> io::Result<()> {
+        let dirs = self.below.len() - 1;
+        for depth in (dirs.saturating_sub(n) + 1..=dirs).rev() {
+            let Some(parent) = self.walk(depth - 1, false)? else { continue };
+            match unlinkat(&parent, self.below[depth - 1].as_os_str(), UnlinkatFlags::RemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                // Not empty, or not a directory (a link put there since): not what ADD made, and neither is the rest.
+                Err(Errno::ENOTEMPTY | Errno::EEXIST | Errno::ENOTDIR) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
     /// Checks, changing nothing, that no part of the path that exists now is a symbolic link.
     pub fn no_symlink_yet(&self) -> io::Result<()> {
         let dir = match self.dir(false) {
@@ -256,6 +297,25 @@ mod tests {
         assert!(d.join("target/f").exists() && !base.join("f").exists());
         Confined::new(&base, &base.join("new/x")).unwrap().no_symlink_yet().unwrap();
         assert!(!base.join("new").exists(), "a check makes nothing");
+
+        // The directories a write would make, counted; removed innermost first, only while empty, never the base.
+        let deep = Confined::new(&base, &base.join("a/n1/n2/x")).unwrap();
+        assert_eq!(deep.missing_dirs(), 2, "a exists, n1 and n2 do not");
+        assert_eq!(Confined::new(&d, &d.join("gone/b/x")).unwrap().missing_dirs(), 2);
+        assert_eq!(Confined::new(&base, &base.join("l/x")).unwrap().missing_dirs(), 0, "a link: none");
+        deep.create_new(0o444).unwrap();
+        std::fs::write(base.join("a/n1/keep"), "").unwrap();
+        deep.remove().unwrap();
+        deep.remove_dirs(5).unwrap();
+        assert!(!base.join("a/n1/n2").exists() && base.join("a/n1/keep").exists(), "stops at a non-empty one");
+        std::fs::remove_file(base.join("a/n1/keep")).unwrap();
+        deep.remove_dirs(5).unwrap();
+        assert!(!base.join("a/n1").exists() && base.join("a/b").is_dir(), "a was there before: holds b");
+        Confined::new(&base, &base.join("a/b/x")).unwrap().remove_dirs(9).unwrap();
+        assert!(!base.join("a").exists() && base.is_dir(), "never the base");
+        deep.remove_dirs(2).unwrap();
+        Confined::new(&base, &base.join("l/x")).unwrap().remove_dirs(1).unwrap();
+        assert!(base.join("l").is_symlink() && d.join("target").is_dir(), "a link is not a directory ADD made");
         let _ = std::fs::remove_dir_all(&d);
     }
 }
