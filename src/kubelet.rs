@@ -231,6 +231,25 @@ impl Checkpoint {
         self.holders(pci).any(|a| a.pod_uid == pod_uid)
     }
 
+    /// Why ADD may not rebind the driver of `pci` (an mlx5 VF applies a new IB GUID only when bound again), or
+    /// `None`: a VF the kubelet manages got its RDMA character devices named by a device plugin's Allocate, before
+    /// ADD, and a rebind gives the VF's RDMA device (`rdma`, its names now) the lowest free numbers again: the
+    /// container would be handed a path that is gone or another pod's. `what` names the setting that rebinds.
+    pub fn rebind_refusal(&self, pci: &PciAddr, rdma: &[String], what: &str) -> Option<String> {
+        let resource = self.resource_of(pci)?;
+        if rdma.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "{what} for VF {pci}: applying it rebinds the VF's driver, which renumbers its RDMA device {} and its \
+             character devices; the kubelet manages this VF as resource {resource}, whose device plugin named them \
+             for the pod's containers before ADD (they would get a device that is gone or another pod's); set the \
+             GUID on the VF before the pod is scheduled (ip link set <pf> vf <n> node_guid/port_guid, then rebind), \
+             or take the VF without the resource; nothing changed",
+            rdma.join(", ")
+        ))
+    }
+
     /// The resource of a VF the kubelet manages and did not allocate to the pod `pod_uid` (to no pod given): a
     /// VF ADD's `pfName` must pass over for that pod.
     pub fn withheld<'a>(&'a self, pci: &PciAddr, pod_uid: Option<&str>) -> Option<&'a str> {
@@ -307,6 +326,20 @@ mod tests {
         std::os::unix::fs::symlink(dir.join("gone"), dir.join(OFFERED)).unwrap();
         assert!(Checkpoint::read(&f).unwrap_err().contains("symbolic link"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_guid_rebind_is_refused_for_a_vf_the_kubelet_manages_with_an_rdma_device() {
+        let cp = Checkpoint::parse(
+            br#"{"Data":{"PodDeviceEntries":[{"PodUID":"u1","ContainerName":"w","ResourceName":"rdma/hca","DeviceIDs":{"0":["0000:3b:02.1"]},"AllocResp":""}],"RegisteredDevices":{"rdma/hca":["0000:3b:02.1"]}},"Checksum":1}"#,
+        )
+        .unwrap();
+        let rdma = ["mlx5_3".to_string()];
+        let why = cp.rebind_refusal(&pci("0000:3b:02.1"), &rdma, "runtimeConfig.infinibandGUID").unwrap();
+        assert!(why.contains("runtimeConfig.infinibandGUID for VF 0000:3b:02.1") && why.contains("mlx5_3"), "{why}");
+        assert!(why.contains("resource rdma/hca") && why.contains("nothing changed"), "{why}");
+        assert_eq!(cp.rebind_refusal(&pci("0000:3b:02.1"), &[], "x"), None, "no RDMA device: nothing renumbered");
+        assert_eq!(cp.rebind_refusal(&pci("0000:3b:02.2"), &rdma, "x"), None, "not the kubelet's");
     }
 
     #[test]

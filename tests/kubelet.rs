@@ -217,3 +217,30 @@ fn pf_name_passes_over_vfs_the_kubelet_manages_for_other_pods() {
     refused(&r, 5, &["no free VF among its 3 VFs", "3 the kubelet manages and did not allocate to this pod"]);
     unchanged(&bed, &ns, &before);
 }
+
+#[test]
+fn an_ib_guid_that_would_rebind_a_kubelet_allocated_mlx5_vf_is_refused_before_any_change() {
+    root_only!();
+    let (bed, k, ns, before) = setup("kgu", 1);
+    let (pci0, _) = bed.vfs[0].clone();
+    // A fake mlx5 VF: bound to mlx5_core with its own RDMA device (a GUID applies only once the driver rebinds).
+    let dev = bed.pci_dir(&pci0);
+    fs::remove_file(dev.join("driver")).unwrap();
+    std::os::unix::fs::symlink("../../../bus/pci/drivers/mlx5_core", dev.join("driver")).unwrap();
+    bed.tree.rdma(&pci0, "mlx5_9", &[]).unwrap();
+    let guid = conf_dev(
+        "1.0.0",
+        &pci0,
+        &format!(r#","runtimeConfig":{{"infinibandGUID":"02:00:00:00:00:00:00:01"}}{}"#, static_ipam("10.77.0.2/24")),
+    );
+    // The kubelet allocated it to this pod: its device plugin already named mlx5_9's character devices.
+    k.write(&[&pci0], &[(POD, &pci0)]);
+    let r = k.run(&bed, "ADD", Some(POD), &ns, &guid);
+    refused(&r, 7, &[&format!("VF {pci0}"), "rebinds the VF's driver", "mlx5_9", &format!("resource {RESOURCE}")]);
+    unchanged(&bed, &ns, &before);
+    // A VF no kubelet resource names is the node's: the GUID goes ahead (here to the stand-in PF's missing VF table).
+    k.write(&[], &[]);
+    let r = k.run(&bed, "ADD", Some(POD), &ns, &guid);
+    assert!(!r.msg().contains("rebinds"), "{}", r.msg());
+    unchanged(&bed, &ns, &before);
+}
