@@ -244,3 +244,23 @@ fn an_ib_guid_that_would_rebind_a_kubelet_allocated_mlx5_vf_is_refused_before_an
     assert!(!r.msg().contains("rebinds"), "{}", r.msg());
     unchanged(&bed, &ns, &before);
 }
+
+#[test]
+fn a_vf_the_device_plugin_offers_unhealthy_is_refused_and_passed_over_without_an_allocation() {
+    root_only!();
+    let (bed, k, ns, before) = setup("kof", 2);
+    let [(pci0, _), (pci1, vf1)] = [bed.vfs[0].clone(), bed.vfs[1].clone()];
+    // A link flap: the kubelet registers no VF (all Unhealthy); the device plugin still lists VF 0 as offered.
+    k.write(&[], &[]);
+    fs::create_dir_all(k.dir.join("sriov-rdma")).unwrap();
+    fs::write(
+        k.dir.join("sriov-rdma/offered.json"),
+        format!(r#"{{"version":1,"resources":{{"{RESOURCE}":["{pci0}"]}}}}"#),
+    )
+    .unwrap();
+    let r = k.run(&bed, "ADD", Some(POD), &ns, &conf(&pci0));
+    refused(&r, 7, &[&format!("deviceID {pci0}"), &format!("resource {RESOURCE}"), "allocated it to no pod"]);
+    unchanged(&bed, &ns, &before);
+    // pfName passes over it and takes VF 1, which no resource offers.
+    takes(&bed, &k, Some(POD), &ns, &pf_conf(&bed), &pci1, &vf1);
+}
