@@ -4,7 +4,10 @@
 //! the pod's sandbox exists, so before CNI ADD) and when a plugin's device list changes, through a temporary file
 //! and a rename: a reader sees the whole old file or the whole new one.
 //!
-//! Plain data and one file read; what ADD and doctor make of it is theirs.
+//! Beside it, the sriov-rdma device plugin's list of the VFs it offers ([`OFFERED`]), healthy or not: the kubelet
+//! registers only healthy devices, and a VF the plugin offers stays the kubelet's whatever its health.
+//!
+//! Plain data and two file reads; what ADD and doctor make of it is theirs.
 
 use crate::model::PciAddr;
 use serde::Serialize;
@@ -16,6 +19,10 @@ use std::path::Path;
 pub const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
 /// The checkpoint's file name in that directory.
 pub const CHECKPOINT: &str = "kubelet_internal_checkpoint";
+/// The device plugin's list of the VFs it offers, per resource, whatever their health, in that directory: the
+/// kubelet registers only the healthy ones, so this list keeps an Unhealthy VF the kubelet's. In a subdirectory,
+/// which the kubelet's cleanup of the directory at its start leaves alone (it removes files, not directories).
+pub const OFFERED: &str = "sriov-rdma/offered.json";
 
 /// The kubelet's pod-resources socket for a device-plugin directory: `<kubelet root>/pod-resources/kubelet.sock`.
 pub fn pod_resources_socket(device_plugins_dir: &Path) -> std::path::PathBuf {
@@ -48,6 +55,8 @@ pub struct Checkpoint {
     pub allocations: Vec<PodDevices>,
     /// Resource name → the device IDs registered for it (the healthy ones, as the kubelet writes it).
     pub registered: BTreeMap<String, Vec<String>>,
+    /// Resource name → the VFs the sriov-rdma device plugin offers for it, healthy or not ([`OFFERED`]).
+    pub offered: BTreeMap<String, Vec<String>>,
 }
 
 // The file as the kubelet marshals it (Go's encoding/json: a nil slice or map is `null`). Read through
@@ -97,6 +106,45 @@ fn names(id: &str, pci: &PciAddr) -> bool {
     PciAddr::parse(id).is_ok_and(|p| p == *pci)
 }
 
+/// A file's bytes; `None` when there is no such path. A symbolic link whose target is gone (or cannot be
+/// followed) is an error naming both: fail closed.
+fn read_file(path: &Path, what: &str) -> Result<Option<Vec<u8>>, String> {
+    match std::fs::read(path) {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::symlink_metadata(path) {
+            Err(_) => Ok(None),
+            Ok(_) => {
+                let target =
+                    std::fs::read_link(path).map(|t| t.display().to_string()).unwrap_or_else(|e| e.to_string());
+                Err(format!(
+                    "{what} {} is a symbolic link to {target}, which does not exist: without it this node cannot tell \
+                     which VFs the kubelet manages; restore the target or remove the link",
+                    path.display()
+                ))
+            }
+        },
+        Err(e) => Err(format!("reading {what} {}: {e}", path.display())),
+    }
+}
+
+/// The device plugin's [`OFFERED`] list: `{"version":1,"resources":{"<resource>":["<pci>",…]}}`.
+pub fn parse_offered(raw: &[u8]) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let v: Value = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+    match v.get("version") {
+        Some(n) if n.as_u64() == Some(1) => {}
+        other => return Err(format!("version is {}, not 1", other.map(Value::to_string).unwrap_or("missing".into()))),
+    }
+    let Some(m) = v.get("resources").and_then(Value::as_object) else {
+        return Err("resources is missing or not a map".into());
+    };
+    m.iter().map(|(r, ids)| Ok((r.clone(), strings(ids, &format!("resources[{r}]"))?))).collect()
+}
+
+/// The [`OFFERED`] list's text, as [`parse_offered`] reads it.
+pub fn offered_json(resources: &BTreeMap<String, Vec<String>>) -> String {
+    serde_json::json!({ "version": 1, "resources": resources }).to_string()
+}
+
 impl Checkpoint {
     /// Decodes the checkpoint's JSON.
     pub fn parse(raw: &[u8]) -> Result<Checkpoint, String> {
@@ -130,26 +178,46 @@ impl Checkpoint {
                 })
             })
             .collect::<Result<_, String>>()?;
-        Ok(Checkpoint { allocations, registered })
+        Ok(Checkpoint { allocations, registered, offered: BTreeMap::new() })
     }
 
-    /// Reads the checkpoint at `path`: `None` when there is none (no kubelet, or none with a device plugin yet).
+    /// Reads the checkpoint at `path` and the device plugin's [`OFFERED`] list beside it: `None` when there is
+    /// neither (no kubelet, or none with a device plugin yet). A path that is a symbolic link whose target is gone
+    /// is an error, not "none": it would drop every VF's protection.
     pub fn read(path: &Path) -> Result<Option<Checkpoint>, String> {
-        let raw = match std::fs::read(path) {
-            Ok(r) => r,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("reading the kubelet's checkpoint {}: {e}", path.display())),
+        let checkpoint = match read_file(path, "the kubelet's checkpoint")? {
+            None => None,
+            Some(raw) => Some(Checkpoint::parse(&raw).map_err(|e| {
+                format!("the kubelet's checkpoint {} is not a device manager checkpoint: {e}", path.display())
+            })?),
         };
-        Checkpoint::parse(&raw)
-            .map(Some)
-            .map_err(|e| format!("the kubelet's checkpoint {} is not a device manager checkpoint: {e}", path.display()))
+        let list = path.parent().unwrap_or(Path::new("/")).join(OFFERED);
+        let offered = match read_file(&list, "the device plugin's list of offered VFs")? {
+            None => None,
+            Some(raw) => Some(parse_offered(&raw).map_err(|e| {
+                format!(
+                    "the device plugin's list of offered VFs {} cannot be read: {e} (the device plugin writes it \
+                     again within seconds; remove it if no sriov-rdma device plugin runs on this node)",
+                    list.display()
+                )
+            })?),
+        };
+        Ok(match (checkpoint, offered) {
+            (None, None) => None,
+            (cp, offered) => Some(Checkpoint { offered: offered.unwrap_or_default(), ..cp.unwrap_or_default() }),
+        })
     }
 
-    /// The resource under which the kubelet manages `pci`: one that registered it, else one it was allocated from
-    /// (an allocated device that turned unhealthy leaves the registered list but not its pod).
+    /// The resource under which the kubelet manages `pci`: one that registered it, else one the device plugin
+    /// offers it under (an unhealthy VF is not registered, but still the kubelet's to give), else one it was
+    /// allocated from (an allocated device that turned unhealthy leaves the registered list but not its pod).
     pub fn resource_of<'a>(&'a self, pci: &PciAddr) -> Option<&'a str> {
-        let registered = self.registered.iter().find(|(_, ids)| ids.iter().any(|id| names(id, pci)));
-        registered.map(|(r, _)| r.as_str()).or_else(|| self.holders(pci).next().map(|a| a.resource.as_str()))
+        let listed = |m: &'a BTreeMap<String, Vec<String>>| {
+            m.iter().find(|(_, ids)| ids.iter().any(|id| names(id, pci))).map(|(r, _)| r.as_str())
+        };
+        listed(&self.registered)
+            .or_else(|| listed(&self.offered))
+            .or_else(|| self.holders(pci).next().map(|a| a.resource.as_str()))
     }
 
     /// The allocations that hold `pci`.
@@ -161,6 +229,25 @@ impl Checkpoint {
     /// Whether the kubelet allocated `pci` to a container of the pod `pod_uid`.
     pub fn allocated_to(&self, pod_uid: &str, pci: &PciAddr) -> bool {
         self.holders(pci).any(|a| a.pod_uid == pod_uid)
+    }
+
+    /// Why ADD may not rebind the driver of `pci` (an mlx5 VF applies a new IB GUID only when bound again), or
+    /// `None`: a VF the kubelet manages got its RDMA character devices named by a device plugin's Allocate, before
+    /// ADD, and a rebind gives the VF's RDMA device (`rdma`, its names now) the lowest free numbers again: the
+    /// container would be handed a path that is gone or another pod's. `what` names the setting that rebinds.
+    pub fn rebind_refusal(&self, pci: &PciAddr, rdma: &[String], what: &str) -> Option<String> {
+        let resource = self.resource_of(pci)?;
+        if rdma.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "{what} for VF {pci}: applying it rebinds the VF's driver, which renumbers its RDMA device {} and its \
+             character devices; the kubelet manages this VF as resource {resource}, whose device plugin named them \
+             for the pod's containers before ADD (they would get a device that is gone or another pod's); set the \
+             GUID on the VF before the pod is scheduled (ip link set <pf> vf <n> node_guid/port_guid, then rebind), \
+             or take the VF without the resource; nothing changed",
+            rdma.join(", ")
+        ))
     }
 
     /// The resource of a VF the kubelet manages and did not allocate to the pod `pod_uid` (to no pod given): a
@@ -216,6 +303,46 @@ mod tests {
     }
 
     #[test]
+    fn a_vf_the_device_plugin_offers_is_withheld_whatever_its_health() {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-kcp-offered-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sriov-rdma")).unwrap();
+        let f = dir.join(CHECKPOINT);
+        // A link flap: the kubelet registered none of the VFs (all Unhealthy), allocated none.
+        std::fs::write(&f, br#"{"Data":{"PodDeviceEntries":null,"RegisteredDevices":{"rdma/hca":[]}},"Checksum":1}"#)
+            .unwrap();
+        let list = BTreeMap::from([("rdma/hca".to_string(), vec!["0000:3b:00.2".to_string()])]);
+        std::fs::write(dir.join(OFFERED), offered_json(&list)).unwrap();
+        let cp = Checkpoint::read(&f).unwrap().unwrap();
+        assert_eq!(cp.withheld(&pci("0000:3b:00.2"), None), Some("rdma/hca"), "offered, unhealthy: withheld");
+        assert_eq!(cp.withheld(&pci("0000:3b:00.3"), Some("u1")), None, "not offered: free");
+        // The list alone (no kubelet checkpoint yet) protects too; a bad one fails closed, naming it.
+        std::fs::remove_file(&f).unwrap();
+        assert_eq!(Checkpoint::read(&f).unwrap().unwrap().resource_of(&pci("3b:00.2")), Some("rdma/hca"));
+        std::fs::write(dir.join(OFFERED), b"{\"version\":1}").unwrap();
+        let e = Checkpoint::read(&f).unwrap_err();
+        assert!(e.contains(&dir.join(OFFERED).display().to_string()) && e.contains("resources"), "{e}");
+        std::fs::remove_file(dir.join(OFFERED)).unwrap();
+        std::os::unix::fs::symlink(dir.join("gone"), dir.join(OFFERED)).unwrap();
+        assert!(Checkpoint::read(&f).unwrap_err().contains("symbolic link"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_guid_rebind_is_refused_for_a_vf_the_kubelet_manages_with_an_rdma_device() {
+        let cp = Checkpoint::parse(
+            br#"{"Data":{"PodDeviceEntries":[{"PodUID":"u1","ContainerName":"w","ResourceName":"rdma/hca","DeviceIDs":{"0":["0000:3b:02.1"]},"AllocResp":""}],"RegisteredDevices":{"rdma/hca":["0000:3b:02.1"]}},"Checksum":1}"#,
+        )
+        .unwrap();
+        let rdma = ["mlx5_3".to_string()];
+        let why = cp.rebind_refusal(&pci("0000:3b:02.1"), &rdma, "runtimeConfig.infinibandGUID").unwrap();
+        assert!(why.contains("runtimeConfig.infinibandGUID for VF 0000:3b:02.1") && why.contains("mlx5_3"), "{why}");
+        assert!(why.contains("resource rdma/hca") && why.contains("nothing changed"), "{why}");
+        assert_eq!(cp.rebind_refusal(&pci("0000:3b:02.1"), &[], "x"), None, "no RDMA device: nothing renumbered");
+        assert_eq!(cp.rebind_refusal(&pci("0000:3b:02.2"), &rdma, "x"), None, "not the kubelet's");
+    }
+
+    #[test]
     fn no_file_is_none_and_a_bad_one_names_the_file() {
         let dir = std::env::temp_dir().join(format!("sriov-rdma-kcp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -225,6 +352,11 @@ mod tests {
         std::fs::write(&f, b"{\"Data\":").unwrap();
         let e = Checkpoint::read(&f).unwrap_err();
         assert!(e.contains(&f.display().to_string()) && e.contains("not a device manager checkpoint"), "{e}");
+        // A link whose target moved away is not "no checkpoint": every VF would lose its protection.
+        std::fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink(dir.join("moved-away"), &f).unwrap();
+        let e = Checkpoint::read(&f).unwrap_err();
+        assert!(e.contains(&f.display().to_string()) && e.contains("symbolic link") && e.contains("moved-away"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(
             pod_resources_socket(Path::new(DEVICE_PLUGINS_DIR)),

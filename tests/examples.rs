@@ -38,6 +38,8 @@ struct Seen {
     daemonsets: Vec<Value>,
     /// ConfigMaps holding a node policy (`policy.json`), by name.
     policies: Vec<String>,
+    /// Extended resources a ResourceQuota limits.
+    quotas: Vec<String>,
     checked: usize,
 }
 
@@ -46,6 +48,7 @@ fn api_version(kind: &str) -> Option<&'static str> {
         "NetworkAttachmentDefinition" => "k8s.cni.cncf.io/v1",
         "Pod" | "ConfigMap" => "v1",
         "DaemonSet" => "apps/v1",
+        "ResourceQuota" => "v1",
         _ => return None,
     })
 }
@@ -138,6 +141,18 @@ fn check_doc(v: &Value, p: &Path, seen: &mut Seen) {
                 seen.pools.insert(name.to_string(), r["requireRdma"] != false);
             }
         }
+        "ResourceQuota" => {
+            let hard = v["spec"]["hard"].as_object().unwrap_or_else(|| panic!("{}: spec.hard", p.display()));
+            for (key, n) in hard {
+                let (scope, res) = key.split_once('.').filter(|(_, r)| r.contains('/')).unwrap_or(("", key));
+                if res.contains('/') {
+                    // The API server takes an extended resource's quota only as requests.<resource>.
+                    assert_eq!(scope, "requests", "{}: {key}: an extended resource takes requests. only", p.display());
+                    assert!(str_of(n, key, p).parse::<u32>().is_ok(), "{}: {key} is a count", p.display());
+                    seen.quotas.push(res.to_string());
+                }
+            }
+        }
         "DaemonSet" => {
             let spec = &v["spec"];
             let want = spec["selector"]["matchLabels"].as_object().expect("spec.selector.matchLabels");
@@ -202,6 +217,11 @@ fn the_deploy_manifests_are_valid_and_fit_together() {
     // The pod's resource is one the device plugin offers, VFs with RDMA.
     for res in seen.nads.values() {
         assert_eq!(seen.pools.get(res), Some(&true), "the device plugin config offers {res} (requireRdma)");
+    }
+    // The example ResourceQuota limits the resource the device plugin offers.
+    assert!(!seen.quotas.is_empty(), "deploy/examples ships a ResourceQuota");
+    for res in &seen.quotas {
+        assert!(seen.pools.contains_key(res), "the quota's {res} is a resource of the device plugin config");
     }
     // kustomization.yaml copies the ConfigMap's resourceName into the NAD's annotation.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -217,3 +217,50 @@ fn pf_name_passes_over_vfs_the_kubelet_manages_for_other_pods() {
     refused(&r, 5, &["no free VF among its 3 VFs", "3 the kubelet manages and did not allocate to this pod"]);
     unchanged(&bed, &ns, &before);
 }
+
+#[test]
+fn an_ib_guid_that_would_rebind_a_kubelet_allocated_mlx5_vf_is_refused_before_any_change() {
+    root_only!();
+    let (bed, k, ns, before) = setup("kgu", 1);
+    let (pci0, _) = bed.vfs[0].clone();
+    // A fake mlx5 VF: bound to mlx5_core with its own RDMA device (a GUID applies only once the driver rebinds).
+    let dev = bed.pci_dir(&pci0);
+    fs::remove_file(dev.join("driver")).unwrap();
+    std::os::unix::fs::symlink("../../../bus/pci/drivers/mlx5_core", dev.join("driver")).unwrap();
+    bed.tree.rdma(&pci0, "mlx5_9", &[]).unwrap();
+    let guid = conf_dev(
+        "1.0.0",
+        &pci0,
+        &format!(r#","runtimeConfig":{{"infinibandGUID":"02:00:00:00:00:00:00:01"}}{}"#, static_ipam("10.77.0.2/24")),
+    );
+    // The kubelet allocated it to this pod: its device plugin already named mlx5_9's character devices.
+    k.write(&[&pci0], &[(POD, &pci0)]);
+    let r = k.run(&bed, "ADD", Some(POD), &ns, &guid);
+    refused(&r, 7, &[&format!("VF {pci0}"), "rebinds the VF's driver", "mlx5_9", &format!("resource {RESOURCE}")]);
+    unchanged(&bed, &ns, &before);
+    // A VF no kubelet resource names is the node's: the GUID goes ahead (here to the stand-in PF's missing VF table).
+    k.write(&[], &[]);
+    let r = k.run(&bed, "ADD", Some(POD), &ns, &guid);
+    assert!(!r.msg().contains("rebinds"), "{}", r.msg());
+    unchanged(&bed, &ns, &before);
+}
+
+#[test]
+fn a_vf_the_device_plugin_offers_unhealthy_is_refused_and_passed_over_without_an_allocation() {
+    root_only!();
+    let (bed, k, ns, before) = setup("kof", 2);
+    let [(pci0, _), (pci1, vf1)] = [bed.vfs[0].clone(), bed.vfs[1].clone()];
+    // A link flap: the kubelet registers no VF (all Unhealthy); the device plugin still lists VF 0 as offered.
+    k.write(&[], &[]);
+    fs::create_dir_all(k.dir.join("sriov-rdma")).unwrap();
+    fs::write(
+        k.dir.join("sriov-rdma/offered.json"),
+        format!(r#"{{"version":1,"resources":{{"{RESOURCE}":["{pci0}"]}}}}"#),
+    )
+    .unwrap();
+    let r = k.run(&bed, "ADD", Some(POD), &ns, &conf(&pci0));
+    refused(&r, 7, &[&format!("deviceID {pci0}"), &format!("resource {RESOURCE}"), "allocated it to no pod"]);
+    unchanged(&bed, &ns, &before);
+    // pfName passes over it and takes VF 1, which no resource offers.
+    takes(&bed, &k, Some(POD), &ns, &pf_conf(&bed), &pci1, &vf1);
+}

@@ -160,6 +160,24 @@ impl File {
             if resources.iter().any(|p: &Resource| p.name == name) {
                 return err(format!("{key}.name"), format!("{name:?} is given twice"));
             }
+            // `/` and `.` both become `_` (and the variable is upper case): two names may not share either.
+            let this = Resource { name: name.clone(), selectors: Selectors::default(), require_rdma: true };
+            let clash = resources
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.socket_name() == this.socket_name() || p.env_name() == this.env_name());
+            if let Some((j, p)) = clash {
+                return err(
+                    format!("{key}.name"),
+                    format!(
+                        "{name:?} and resources[{j}].name {:?} map to the same socket {} or variable {}: the kubelet \
+                         would book one's VFs under the other's name; rename one of them",
+                        p.name,
+                        this.socket_name(),
+                        this.env_name()
+                    ),
+                );
+            }
             let s = r.selectors.unwrap_or_default();
             for (field, values) in [("vendors", &s.vendors), ("devices", &s.devices)] {
                 for (j, v) in values.iter().enumerate() {
@@ -277,6 +295,12 @@ mod tests {
             (r#"{"resources":[{"selectors":{"linkTypes":["ether","eth"]}}]}"#, "resources[0].selectors.linkTypes[1]"),
             (r#"{"resources":[{"selectors":{"vendors":["0x15b3"]}}]}"#, "resources[0].selectors.vendors[0]"),
             (r#"{"resources":[]}"#, "resources: is empty"),
+            (
+                r#"{"resources":[{"name":"example.com/a_b"},{"name":"example.com/a.b"}]}"#,
+                "resources[1].name: \"example.com/a.b\" and resources[0].name \"example.com/a_b\" map to the same \
+                 socket sriov-rdma-example_com_a_b.sock or variable PCIDEVICE_EXAMPLE_COM_A_B",
+            ),
+            (r#"{"resources":[{"name":"rdma/hca"},{"name":"rdma/HCA"}]}"#, "variable PCIDEVICE_RDMA_HCA"),
             (
                 r#"{"resources":[{"selectors":{"pciAddresses":["3b:00.2","3b:00"]}}]}"#,
                 "resources[0].selectors.pciAddresses[1]",

@@ -4,7 +4,7 @@
 use crate::api;
 use crate::config::Resource;
 use serde::Serialize;
-use sriov_rdma_cni::inventory::{Inventory, Pf, Unhealthy, VfInfo};
+use sriov_rdma_cni::inventory::{Inventory, Pf, RdmaBinding, Unhealthy, VfInfo};
 use sriov_rdma_cni::model::PciAddr;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -26,9 +26,10 @@ pub struct Paths {
     pub state_dir: PathBuf,
 }
 
-/// Does the resource take this VF (now)? `in_pod`: the VF is attached, its netdev and RDMA device are in a pod
-/// and invisible here, so `requireRdma` cannot be judged and is not.
-pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, in_pod: bool) -> bool {
+/// Does the resource take this VF? What the VF is decides, never whether a pod holds it: `held` is the VF's
+/// attachment record, if any, which says whether ADD found an RDMA device on it (that device may now be in the
+/// pod and invisible here). A VF without an RDMA device is never a `requireRdma` resource's, attached or not.
+pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, held: Option<&Held>) -> bool {
     let s = &res.selectors;
     let any = |list: &[String], v: Option<&str>| list.is_empty() || v.is_some_and(|v| list.iter().any(|l| l == v));
     let pf_named = s.pf_names.is_empty()
@@ -37,6 +38,7 @@ pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, in_pod: bool) -> bool {
         let ll = vf.rdma.iter().flat_map(|d| &d.ports).find_map(|p| p.link_layer.clone())?;
         Some(if ll.eq_ignore_ascii_case("infiniband") { "infiniband".into() } else { "ether".into() })
     });
+    let rdma = !vf.rdma.is_empty() || vf.is_vfio() || held.is_some_and(|h| h.rdma);
     pf_named
         && any(&s.vendors, vf.ids.vendor.as_deref())
         && any(&s.devices, vf.ids.device.as_deref())
@@ -44,20 +46,33 @@ pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, in_pod: bool) -> bool {
         && any(&s.link_types, link.as_deref())
         && (s.numa_nodes.is_empty() || vf.numa_node.is_some_and(|n| s.numa_nodes.contains(&n)))
         && any(&s.pci_addresses, Some(vf.pci.as_str()))
-        && (!res.require_rdma || in_pod || !vf.rdma.is_empty() || vf.is_vfio())
+        && (!res.require_rdma || rdma)
 }
 
-/// The PCI addresses of VFs with an attachment record: their netdev and RDMA device are in a pod.
-pub fn attached(state_dir: &Path) -> BTreeSet<PciAddr> {
-    std::fs::read_dir(state_dir)
-        .map(|rd| {
-            rd.filter_map(|e| {
-                let name = e.ok()?.file_name();
-                PciAddr::parse(name.to_str()?.strip_suffix(".json")?).ok()
-            })
-            .collect()
-        })
-        .unwrap_or_default()
+/// What the attachment record of a VF in a pod tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Held {
+    /// ADD found an RDMA device on the VF. False too for a record that cannot be read: such a VF is not offered
+    /// by a `requireRdma` resource rather than perhaps twice.
+    pub rdma: bool,
+}
+
+/// The VFs with an attachment record (their netdev and RDMA device are in a pod), and what each record says.
+pub fn attached(state_dir: &Path) -> BTreeMap<PciAddr, Held> {
+    let Ok(rd) = std::fs::read_dir(state_dir) else { return BTreeMap::new() };
+    rd.filter_map(|e| {
+        let e = e.ok()?;
+        let pci = PciAddr::parse(e.file_name().to_str()?.strip_suffix(".json")?).ok()?;
+        // Only a regular file is a record (the CNI never writes one through a link).
+        let rec = e
+            .file_type()
+            .ok()
+            .filter(std::fs::FileType::is_file)
+            .and_then(|_| std::fs::read(e.path()).ok())
+            .and_then(|b| sriov_rdma_cni::flow::record::decode(&b).ok());
+        Some((pci, Held { rdma: rec.is_some_and(|r| r.rdma.is_some()) }))
+    })
+    .collect()
 }
 
 /// One advertised device and why it is unhealthy (for `--dry-run` and the logs).
@@ -95,19 +110,19 @@ pub fn offer(
     res: &Resource,
     inv: &Inventory,
     seen: &BTreeSet<String>,
-    attached: &BTreeSet<PciAddr>,
+    attached: &BTreeMap<PciAddr, Held>,
     taken: &BTreeMap<String, String>,
 ) -> Vec<Offered> {
     let mut out: BTreeMap<String, Offered> = BTreeMap::new();
     for (pf, vf) in inv.vfs() {
         let id = vf.pci.to_string();
         let owner = taken.get(&id);
-        let selected = owner.is_none() && selects(res, pf, vf, attached.contains(&vf.pci));
+        let selected = owner.is_none() && selects(res, pf, vf, attached.get(&vf.pci));
         if !selected && !seen.contains(&id) {
             continue;
         }
         let mut problems: Vec<Unhealthy> = vf.problems(pf);
-        if attached.contains(&vf.pci) {
+        if attached.contains_key(&vf.pci) {
             problems.retain(|p| !matches!(p, Unhealthy::RdmaPortNotActive { .. }));
         }
         let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -157,7 +172,7 @@ pub fn offer_all(
     resources: &[Resource],
     inv: &Inventory,
     seen: &[BTreeSet<String>],
-    attached: &BTreeSet<PciAddr>,
+    attached: &BTreeMap<PciAddr, Held>,
 ) -> Vec<Vec<Offered>> {
     let mut taken: BTreeMap<String, String> = BTreeMap::new();
     let none = BTreeSet::new();
@@ -170,6 +185,27 @@ pub fn offer_all(
         all.push(list);
     }
     all
+}
+
+/// Writes the kubelet's-side list of the VFs each resource offers, healthy or not
+/// (`<kubelet dir>/sriov-rdma/offered.json`, see `sriov_rdma_cni::kubelet::OFFERED`): the CNI withholds them from a
+/// NAD without a resource request even while the kubelet, which registers only healthy devices, does not list
+/// them. Rewritten (through a rename) only when it differs from what is there.
+pub fn write_offered(kubelet_dir: &Path, resources: &[Resource], lists: &[Vec<Offered>]) -> Result<(), String> {
+    let map: BTreeMap<String, Vec<String>> =
+        resources.iter().zip(lists).map(|(r, l)| (r.name.clone(), l.iter().map(|o| o.id.clone()).collect())).collect();
+    let text = sriov_rdma_cni::kubelet::offered_json(&map);
+    let path = kubelet_dir.join(sriov_rdma_cni::kubelet::OFFERED);
+    if std::fs::read_to_string(&path).is_ok_and(|t| t == text) {
+        return Ok(());
+    }
+    let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
+    }
+    let tmp = path.with_extension(format!("json.{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| io("writing", e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io("renaming into", e))
 }
 
 /// What one container gets for its VFs: their character devices, the `PCIDEVICE_*` variables and the device-info
@@ -217,6 +253,15 @@ pub fn allocate(
         } else {
             let mut rdma = BTreeMap::new();
             for dev in &vf.rdma {
+                if dev.binding == RdmaBinding::Netdev {
+                    // Its character devices would name a device that is gone by the time the container starts.
+                    return Err(what(format!(
+                        "RDMA device {} is bound to the VF's netdev (Soft-RoCE), and ADD's move of the netdev into \
+                         the pod destroys it: its character devices cannot be given to a container; offer VFs with \
+                         their own RDMA device (selectors.drivers) or remove {} (rdma link delete)",
+                        dev.name, dev.name
+                    )));
+                }
                 let ib = dev.ports.iter().any(|p| p.link_layer.as_deref().is_some_and(|l| l == "InfiniBand"));
                 for c in &dev.char_devs {
                     let verbs = c.starts_with("uverbs");
@@ -346,7 +391,7 @@ mod tests {
     use sriov_rdma_cni::kernel::sysfs::Sysfs;
 
     #[test]
-    fn selectors_match_pf_by_netdev_or_rdma_name_and_an_attached_vf_stays_offered() {
+    fn selectors_match_pf_by_netdev_or_rdma_name_and_an_attached_vf_keeps_its_membership() {
         let root = std::env::temp_dir().join(format!("sriov-rdma-dp-select-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let t = FakeTree::new(&root).unwrap();
@@ -359,8 +404,8 @@ mod tests {
         t.pci_ids("0000:3b:00.3", "15b3", "101e", 0).unwrap();
         let inv = Inventory::scan(&Sysfs::at(root.clone()));
         let res = |sel: Selectors| Resource { name: "rdma/hca".into(), selectors: sel, require_rdma: true };
-        let offered = |r: &Resource, attached: &[&str]| -> Vec<String> {
-            let a = attached.iter().map(|p| PciAddr::parse(p).unwrap()).collect();
+        let offered = |r: &Resource, attached: &[(&str, bool)]| -> Vec<String> {
+            let a = attached.iter().map(|(p, rdma)| (PciAddr::parse(p).unwrap(), Held { rdma: *rdma })).collect();
             offer(r, &inv, &BTreeSet::new(), &a, &BTreeMap::new())
                 .into_iter()
                 .map(|o| format!("{} {}", o.id, o.health))
@@ -369,7 +414,11 @@ mod tests {
         for pf in ["ens1f0", "mlx5_0"] {
             let r = res(Selectors { pf_names: vec![pf.into()], ..Selectors::default() });
             assert_eq!(offered(&r, &[]), vec!["0000:3b:00.2 Healthy"], "pfNames {pf}");
-            assert_eq!(offered(&r, &["0000:3b:00.3"]), vec!["0000:3b:00.2 Healthy", "0000:3b:00.3 Healthy"]);
+            // Its record says ADD found an RDMA device on it (now in the pod): still this resource's.
+            let both = vec!["0000:3b:00.2 Healthy", "0000:3b:00.3 Healthy"];
+            assert_eq!(offered(&r, &[("0000:3b:00.3", true)]), both);
+            // Its record says it had none: being in a pod does not make it an RDMA VF.
+            assert_eq!(offered(&r, &[("0000:3b:00.3", false)]), vec!["0000:3b:00.2 Healthy"], "pfNames {pf}");
         }
         let none = |sel| offered(&res(sel), &[]);
         assert!(none(Selectors { pf_names: vec!["ens9".into()], ..Selectors::default() }).is_empty());
@@ -400,7 +449,7 @@ mod tests {
         };
         let ids = |l: &[Offered]| -> Vec<String> { l.iter().map(|o| format!("{} {}", o.id, o.health)).collect() };
         let resources = [res("rdma/one", &["0000:3b:00.3"]), res("rdma/rest", &[])];
-        let none = BTreeSet::new();
+        let none = BTreeMap::new();
         let lists = offer_all(&resources, &inv, &[], &none);
         assert_eq!(ids(&lists[0]), vec!["0000:3b:00.3 Healthy"], "pciAddresses selects exactly that VF");
         assert_eq!(ids(&lists[1]), vec!["0000:3b:00.2 Healthy", "0000:3b:00.4 Healthy"], "not the first's VF");
@@ -411,6 +460,27 @@ mod tests {
         assert_eq!(o.health, UNHEALTHY);
         assert!(o.problems.iter().any(|p| p.contains("offered by rdma/one")), "{:?}", o.problems);
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A fresh test root with a fake sysfs under `sys` holding one PF (address, netdev, VF count, ARPHRD link type), up.
+    fn node(tag: &str, (pci, netdev, vfs, arphrd): (&str, &str, u32, u32)) -> (PathBuf, FakeTree) {
+        let root = std::env::temp_dir().join(format!("sriov-rdma-dp-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let t = FakeTree::new(&root.join("sys")).unwrap();
+        t.pf(pci, netdev, vfs).unwrap();
+        t.netdev_state(netdev, "up", arphrd).unwrap();
+        (root, t)
+    }
+
+    /// The plugin's paths under a test's root.
+    fn paths_under(root: &Path) -> Paths {
+        Paths {
+            sysfs: root.join("sys"),
+            dev_root: root.join("dev"),
+            kubelet_dir: root.join("kubelet"),
+            devinfo_dir: root.join("devinfo"),
+            state_dir: root.join("state"),
+        }
     }
 
     fn facts(list: &[(&str, bool, u32, &str)]) -> HashMap<String, Facts> {
@@ -427,11 +497,7 @@ mod tests {
 
     #[test]
     fn an_infiniband_vf_gets_umad_and_issm_an_ethernet_one_only_verbs() {
-        let root = std::env::temp_dir().join(format!("sriov-rdma-dp-ib-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let t = FakeTree::new(&root.join("sys")).unwrap();
-        t.pf("0000:5e:00.0", "ib0", 2).unwrap();
-        t.netdev_state("ib0", "up", 32).unwrap();
+        let (root, t) = node("ib", ("0000:5e:00.0", "ib0", 2, 32));
         t.mlx5_vf("0000:5e:00.0", 0, "0000:5e:00.2", "ib0v0", "mlx5_4", 0).unwrap();
         t.rdma_port("mlx5_4", 1, "4: ACTIVE", "InfiniBand").unwrap();
         t.mlx5_vf("0000:5e:00.0", 1, "0000:5e:00.3", "ib0v1", "mlx5_5", 0).unwrap();
@@ -446,13 +512,7 @@ mod tests {
             std::fs::create_dir_all(root.join("dev/infiniband")).unwrap();
             std::fs::write(root.join("dev/infiniband").join(c), b"").unwrap();
         }
-        let paths = Paths {
-            sysfs: root.join("sys"),
-            dev_root: root.join("dev"),
-            kubelet_dir: root.join("kubelet"),
-            devinfo_dir: root.join("devinfo"),
-            state_dir: root.join("state"),
-        };
+        let paths = paths_under(&root);
         let inv = Inventory::scan(&Sysfs::at(paths.sysfs.clone()));
         let res = Resource { name: "rdma/ib".into(), selectors: Selectors::default(), require_rdma: true };
         let got = |id: &str| -> Vec<String> {
@@ -465,6 +525,24 @@ mod tests {
         assert_eq!(got("0000:5e:00.2"), ib.map(String::from).to_vec(), "no rdma_cm on this node: not given");
         // mlx5_5's port is Ethernet (mlx5_vf): its umad is not handed out.
         assert_eq!(got("0000:5e:00.3"), vec!["/dev/infiniband/uverbs5".to_string()]);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_soft_roce_device_on_the_vf_netdev_is_refused_naming_why() {
+        let (root, t) = node("rxe", ("0000:3b:00.0", "ens1f0", 1, 1));
+        t.vf("0000:3b:00.0", 0, "0000:3b:00.2", Some("ens1f0v0"), "igbvf").unwrap();
+        t.rdma_on_netdev("rxe0", "ens1f0v0").unwrap();
+        t.rdma_char("uverbs7", "rxe0", None).unwrap();
+        std::fs::create_dir_all(root.join("dev/infiniband")).unwrap();
+        std::fs::write(root.join("dev/infiniband/uverbs7"), b"").unwrap();
+        let paths = paths_under(&root);
+        let inv = Inventory::scan(&Sysfs::at(paths.sysfs.clone()));
+        assert_eq!(inv.vf(&PciAddr::parse("0000:3b:00.2").unwrap()).unwrap().1.rdma[0].name, "rxe0");
+        let res = Resource { name: "rdma/hca".into(), selectors: Selectors::default(), require_rdma: true };
+        let e = allocate(&res, &inv, &["0000:3b:00.2".to_string()], &paths).unwrap_err();
+        assert!(e.contains("0000:3b:00.2") && e.contains("rxe0") && e.contains("Soft-RoCE"), "{e}");
+        assert!(!paths.devinfo_dir.exists(), "nothing written for a refused allocation");
         let _ = std::fs::remove_dir_all(&root);
     }
 

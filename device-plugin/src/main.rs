@@ -137,7 +137,7 @@ fn main() {
         eprintln!("sriov-rdma device-plugin: bad configuration, nothing advertised: {e}");
         std::process::exit(EXIT_CONFIG);
     }
-    let outcomes = numvfs::apply(&sysfs, &config.num_vfs, &args.paths.state_dir, args.dry_run);
+    let outcomes = numvfs::apply(&sysfs, &config.num_vfs, &args.paths.state_dir, &args.paths.kubelet_dir, args.dry_run);
     if args.dry_run {
         std::process::exit(dry_run(&config, &args.paths, &sysfs, &outcomes));
     }

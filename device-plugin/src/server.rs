@@ -183,6 +183,9 @@ impl Watcher {
                 Err(e) => return error!("reading the node inventory: {e}"),
             };
         let lists = devices::offer_all(&self.resources, &inv, &self.seen, &attached);
+        if let Err(e) = devices::write_offered(&self.paths.kubelet_dir, &self.resources, &lists) {
+            error!("the list of offered VFs, which keeps an unhealthy VF from NADs without a resource request: {e}");
+        }
         for ((i, res), list) in self.resources.iter().enumerate().zip(lists) {
             self.seen[i].extend(list.iter().map(|o| o.id.clone()));
             self.senders[i].send_if_modified(|cur| {

@@ -211,6 +211,17 @@ async fn until_health(s: &mut Updates, want: &[(String, String)], within: Durati
     }
 }
 
+/// The plugin with its default resource on `node`, registered with a kubelet stand-in whose ListAndWatch stream
+/// has seen every VF Healthy.
+async fn watching(node: &Node) -> (Kubelet, Plugin, Updates) {
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let plugin = node.start(&[]);
+    let reg = kubelet.next_registration(Duration::from_secs(10)).await;
+    let mut s = kubelet.dial(&reg).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+    (kubelet, plugin, s)
+}
+
 #[tokio::test]
 async fn registers_with_its_resource_name_and_lists_the_vfs_with_their_numa_node() {
     let node = Node::new("register");
@@ -237,11 +248,7 @@ async fn registers_with_its_resource_name_and_lists_the_vfs_with_their_numa_node
 #[tokio::test]
 async fn list_and_watch_follows_rdma_port_state_and_pf_link_within_seconds() {
     let node = Node::new("health");
-    let mut kubelet = Kubelet::start(&node.kubelet_dir());
-    let _plugin = node.start(&[]);
-    let reg = kubelet.next_registration(Duration::from_secs(10)).await;
-    let mut s = kubelet.dial(&reg).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
-    until_health(&mut s, &all("Healthy"), Duration::from_secs(5)).await;
+    let (_kubelet, _plugin, mut s) = watching(&node).await;
 
     node.tree.rdma_port("mlx5_2", 1, "1: DOWN", "Ethernet").unwrap();
     let mut want = all("Healthy");
@@ -446,4 +453,124 @@ fn dry_run_prints_what_would_be_advertised_and_why_a_vf_is_unhealthy() {
         assert_eq!(doc["resources"][0]["name"], "example.com/hca");
         assert_eq!(doc["resources"][0]["devices"].as_array().unwrap().len(), want, "RDMA_DEVICE_SPEC_STR={spec:?}");
     }
+}
+
+/// A CNI attachment record for `pci` as ADD writes it (format 2), with or without an RDMA device.
+fn record(node: &Node, pci: &str, rdma: bool) {
+    let golden = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/record-2.json");
+    let mut rec: serde_json::Value = serde_json::from_str(&fs::read_to_string(golden).unwrap()).unwrap();
+    rec["pci"] = pci.into();
+    if !rdma {
+        rec["rdma"] = serde_json::Value::Null;
+        rec["journal"].as_array_mut().unwrap().retain(|s| s["step"] != "rdma-in");
+    }
+    fs::write(node.dir.join("state").join(format!("{pci}.json")), rec.to_string()).unwrap();
+}
+
+const PLAIN: &str = "0000:3b:00.5";
+
+#[tokio::test]
+async fn an_attached_vf_without_rdma_never_joins_a_require_rdma_resource() {
+    let node = Node::new("member");
+    node.tree.vf(PF, 3, PLAIN, Some("ens1f0v3"), "mlx5_core").unwrap();
+    node.tree.pci_ids(PLAIN, "15b3", "101e", 1).unwrap();
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let cfg = node.config(r#"{"resources":[{"name":"rdma/hca"},{"name":"net/vf","requireRdma":false}]}"#);
+    let _plugin = node.start(&["--config", cfg.to_str().unwrap()]);
+    let mut streams = std::collections::BTreeMap::new();
+    for _ in 0..2 {
+        let reg = kubelet.next_registration(Duration::from_secs(10)).await;
+        let s = kubelet.dial(&reg).await.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+        streams.insert(reg.resource_name.clone(), s);
+    }
+    let h = |ids: &[&str]| -> Vec<(String, String)> { ids.iter().map(|i| (i.to_string(), "Healthy".into())).collect() };
+    let hca = streams.get_mut("rdma/hca").unwrap();
+    until_health(hca, &h(&[VF0, VF1, VFIO]), Duration::from_secs(5)).await;
+    until_health(streams.get_mut("net/vf").unwrap(), &h(&[PLAIN]), Duration::from_secs(5)).await;
+
+    // The kubelet gave PLAIN to a pod from net/vf and the CNI's ADD wrote its record (no RDMA device on it).
+    record(&node, PLAIN, false);
+    // VF0's ADD found its RDMA device and moved it into the pod: the host sees none on VF0 any more.
+    record(&node, VF0, true);
+    fs::remove_dir_all(node.tree.dev(VF0).join("infiniband")).ok();
+    fs::remove_dir_all(node.dir.join("sys/class/infiniband/mlx5_2")).ok();
+    // Several polls later rdma/hca still lists exactly its own VFs and net/vf still has PLAIN, Healthy.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let out = node.command(&["--config", cfg.to_str().unwrap(), "--dry-run"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed = |i: usize| -> Vec<String> {
+        doc["resources"][i]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| format!("{} {}", d["id"], d["health"]))
+            .collect()
+    };
+    let q = |id: &str| format!("\"{id}\" \"Healthy\"");
+    assert_eq!(listed(0), vec![q(VF0), q(VF1), q(VFIO)], "rdma/hca: PLAIN is not an RDMA VF, in a pod or not");
+    assert_eq!(listed(1), vec![q(PLAIN)], "net/vf keeps PLAIN");
+    // What the kubelet was sent meanwhile: never PLAIN under rdma/hca.
+    let hca = streams.get_mut("rdma/hca").unwrap();
+    while let Ok(update) =
+        tokio::time::timeout(Duration::from_millis(1000), next_list(hca, Duration::from_secs(5))).await
+    {
+        assert_eq!(health(&update), h(&[VF0, VF1, VFIO]), "rdma/hca as the kubelet saw it");
+    }
+}
+
+#[tokio::test]
+async fn an_unhealthy_vf_the_plugin_offers_stays_withheld_from_nads_without_a_resource_request() {
+    use sriov_rdma_cni::kubelet::{Checkpoint, CHECKPOINT, OFFERED};
+    use sriov_rdma_cni::model::PciAddr;
+    let node = Node::new("offered");
+    let (_kubelet, _plugin, mut s) = watching(&node).await;
+    // A link flap: every VF Unhealthy, and the kubelet's checkpoint then registers none of them.
+    node.tree.netdev_state("ens1f0", "down", 1).unwrap();
+    until_health(&mut s, &all("Unhealthy"), Duration::from_secs(5)).await;
+    let cp_file = node.kubelet_dir().join(CHECKPOINT);
+    fs::write(&cp_file, br#"{"Data":{"PodDeviceEntries":null,"RegisteredDevices":{"rdma/hca":[]}},"Checksum":1}"#)
+        .unwrap();
+    let cp = Checkpoint::read(&cp_file).unwrap().expect("a checkpoint");
+    for vf in [VF0, VF1, VFIO] {
+        assert_eq!(cp.withheld(&PciAddr::parse(vf).unwrap(), None), Some("rdma/hca"), "{vf} stays the kubelet's");
+    }
+    // The kubelet's cleanup at its restart removes files of its directory, not the plugin's subdirectory.
+    assert!(node.kubelet_dir().join(OFFERED).is_file());
+}
+
+#[tokio::test]
+async fn num_vfs_is_refused_while_the_kubelet_holds_a_vf_without_a_record() {
+    let node = Node::new("numvfs-kubelet");
+    let numvfs = node.tree.dev(PF).join("sriov_numvfs");
+    let cfg = node.config(r#"{"numVfs":{"ens1f0":4}}"#);
+    // A DPDK pod: the kubelet allocated the vfio-pci VF, no NAD, no record.
+    let cp = format!(
+        r#"{{"Data":{{"PodDeviceEntries":[{{"PodUID":"u-dpdk","ContainerName":"c","ResourceName":"rdma/hca","DeviceIDs":{{"1":["{VFIO}"]}},"AllocResp":""}}],"RegisteredDevices":{{"rdma/hca":["{VFIO}"]}}}},"Checksum":1}}"#
+    );
+    fs::write(node.kubelet_dir().join("kubelet_internal_checkpoint"), cp).unwrap();
+    let dry = node.command(&["--config", cfg.to_str().unwrap(), "--dry-run"]).output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
+    assert_eq!(doc["numVfs"][0]["action"], "refused", "{doc}");
+    let plugin = node.start(&["--config", cfg.to_str().unwrap()]);
+    plugin.wait_log("numVfs.ens1f0: not changing ens1f0's VF count from 8 to 4").await;
+    assert!(plugin.log().contains(&format!("{VFIO} (rdma/hca of pod u-dpdk)")), "{}", plugin.log());
+    assert_eq!(fs::read_to_string(&numvfs).unwrap().trim(), "8");
+}
+
+#[tokio::test]
+async fn num_vfs_waits_for_an_add_in_flight_and_then_sees_its_record() {
+    let node = Node::new("numvfs-lock");
+    let numvfs = node.tree.dev(PF).join("sriov_numvfs");
+    let cfg = node.config(r#"{"numVfs":{"ens1f0":4}}"#);
+    // An ADD in flight holds VF1's lock and writes its record only later: numVfs waits for it, then sees it.
+    let store = sriov_rdma_cni::flow::state::Store::at(&node.dir.join("state")).unwrap();
+    let lock = store.lock(&sriov_rdma_cni::model::PciAddr::parse(VF1).unwrap()).unwrap();
+    let plugin = node.start(&["--config", cfg.to_str().unwrap()]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(fs::read_to_string(&numvfs).unwrap().trim(), "8", "not changed under an ADD in flight");
+    record(&node, VF1, true);
+    drop(lock);
+    plugin.wait_log("numVfs.ens1f0: not changing ens1f0's VF count from 8 to 4").await;
+    assert!(plugin.log().contains(&format!("VF {VF1} attached to a pod")), "{}", plugin.log());
+    assert_eq!(fs::read_to_string(&numvfs).unwrap().trim(), "8");
 }

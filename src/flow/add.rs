@@ -35,6 +35,14 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
     let vf_original =
         NetlinkPf(&mut host.route).vf_state(&pf, vf.index).ctx(|| format!("reading the VF table of PF {}", pf.name))?;
     let plan = vf_setting::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
+    if vf.driver.as_deref() == Some("mlx5_core") && plan.iter().any(|s| matches!(s, VfSetting::IbGuid(_))) {
+        let file = paths.kubelet_dir.join(crate::kubelet::CHECKPOINT);
+        let cp = crate::kubelet::Checkpoint::read(&file).map_err(CniError::io)?;
+        let rdma = host.sysfs.rdma_devices_of(&vf.pci);
+        if let Some(why) = cp.and_then(|c| c.rebind_refusal(&vf.pci, &rdma, "the IB GUID (infinibandGUID)")) {
+            return Err(CniError::config(why));
+        }
+    }
     if vf_original.is_none() {
         if let Some(s) = plan.first() {
             return Err(CniError::io(format!(
