@@ -2,7 +2,7 @@
 //! the kubelet allocated, and which VFs to prefer. Synchronous and free of the RPC layer.
 
 use crate::api;
-use crate::config::Resource;
+use crate::config::{Resource, Selectors};
 use serde::Serialize;
 use sriov_rdma_cni::inventory::{Inventory, Pf, RdmaBinding, Unhealthy, VfInfo};
 use sriov_rdma_cni::model::PciAddr;
@@ -26,27 +26,56 @@ pub struct Paths {
     pub state_dir: PathBuf,
 }
 
-/// Does the resource take this VF? What the VF is decides, never whether a pod holds it: `held` is the VF's
-/// attachment record, if any, which says whether ADD found an RDMA device on it (that device may now be in the
-/// pod and invisible here). A VF without an RDMA device is never a `requireRdma` resource's, attached or not.
-pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, held: Option<&Held>) -> bool {
-    let s = &res.selectors;
+/// Does one selector object take this VF? What the VF is decides, never whether a pod holds it: `held` is the
+/// VF's attachment record, if any, which says whether ADD found an RDMA device on it (that device may now be in the
+/// pod and invisible here). A VF without an RDMA device is never taken by a selector that requires one, attached
+/// or not.
+pub fn takes(s: &Selectors, pf: &Pf, vf: &VfInfo, held: Option<&Held>) -> bool {
     let any = |list: &[String], v: Option<&str>| list.is_empty() || v.is_some_and(|v| list.iter().any(|l| l == v));
     let pf_named = s.pf_names.is_empty()
-        || s.pf_names.iter().any(|n| pf.netdev.as_deref() == Some(n.as_str()) || pf.rdma.contains(n));
+        || s.pf_names
+            .iter()
+            .any(|n| (pf.netdev.as_deref() == Some(n.pf.as_str()) || pf.rdma.contains(&n.pf)) && n.takes(vf.index));
+    let rooted =
+        s.root_devices.is_empty() || s.root_devices.iter().any(|r| r.pf == pf.pci.as_str() && r.takes(vf.index));
     let link = pf.link_type.clone().or_else(|| {
         let ll = vf.rdma.iter().flat_map(|d| &d.ports).find_map(|p| p.link_layer.clone())?;
         Some(if ll.eq_ignore_ascii_case("infiniband") { "infiniband".into() } else { "ether".into() })
     });
     let rdma = !vf.rdma.is_empty() || vf.is_vfio() || held.is_some_and(|h| h.rdma);
     pf_named
+        && rooted
         && any(&s.vendors, vf.ids.vendor.as_deref())
         && any(&s.devices, vf.ids.device.as_deref())
         && any(&s.drivers, vf.driver.as_deref())
         && any(&s.link_types, link.as_deref())
         && (s.numa_nodes.is_empty() || vf.numa_node.is_some_and(|n| s.numa_nodes.contains(&n)))
         && any(&s.pci_addresses, Some(vf.pci.as_str()))
-        && (!res.require_rdma || rdma)
+        && (!s.require_rdma || rdma)
+}
+
+/// The first of the resource's selector objects that takes the VF: it is the resource's, and that selector
+/// decides what a container given it gets (`needVhostNet`).
+pub fn selector_of<'a>(res: &'a Resource, pf: &Pf, vf: &VfInfo, held: Option<&Held>) -> Option<&'a Selectors> {
+    res.selectors.iter().find(|s| takes(s, pf, vf, held))
+}
+
+/// Does the resource take this VF (one of its selector objects does)?
+pub fn selects(res: &Resource, pf: &Pf, vf: &VfInfo, held: Option<&Held>) -> bool {
+    selector_of(res, pf, vf, held).is_some()
+}
+
+/// The warning for a resource whose selectors take no VF of this node (`list`: what it offers): it registers
+/// with no device, which nothing else would tell.
+pub fn unmatched(res: &Resource, list: &[Offered]) -> Option<String> {
+    (!list.iter().any(|o| o.selected)).then(|| {
+        format!(
+            "{}: its selectors match no VF on this node, so it advertises no device: check its pfNames and \
+             rootDevices (and their #first-last VF ranges), drivers and isRdma/requireRdma against the node's VFs \
+             (sriov-rdma device-plugin --dry-run --config FILE)",
+            res.name
+        )
+    })
 }
 
 /// What the attachment record of a VF in a pod tells.
@@ -137,7 +166,8 @@ pub fn offer(
             id.clone(),
             Offered {
                 health: if problems.is_empty() { HEALTHY } else { UNHEALTHY },
-                numa_node: vf.numa_node,
+                // excludeTopology: no NUMA node for the kubelet, nor for the preference among its devices.
+                numa_node: vf.numa_node.filter(|_| !res.exclude_topology),
                 pf: pf.netdev.clone(),
                 driver: vf.driver.clone(),
                 rdma_devices: vf.rdma.iter().map(|d| d.name.clone()).collect(),
@@ -233,14 +263,24 @@ pub fn allocate(
         }
         Ok(())
     };
-    let mut info: BTreeMap<String, BTreeMap<&str, BTreeMap<&str, String>>> = BTreeMap::new();
+    let mut info: BTreeMap<String, BTreeMap<&str, BTreeMap<String, String>>> = BTreeMap::new();
     let mut vfs = Vec::new();
     for id in ids {
         let pci = PciAddr::parse(id).map_err(|e| format!("device ID {id:?} {e}"))?;
-        let (_, vf) = inv.vf(&pci).ok_or_else(|| format!("device {id} is not a VF on this node (any more)"))?;
+        let (pf, vf) = inv.vf(&pci).ok_or_else(|| format!("device {id} is not a VF on this node (any more)"))?;
         let what = |e: String| format!("device {id}: {e}");
         let mut entry = BTreeMap::new();
-        entry.insert("generic", BTreeMap::from([("deviceID", id.clone())]));
+        entry.insert("generic", BTreeMap::from([("deviceID".into(), id.clone())]));
+        if selector_of(res, pf, vf, None).is_some_and(|s| s.need_vhost_net) {
+            add("vhost-net".into(), &mut devices).map_err(what)?;
+            add("net/tun".into(), &mut devices).map_err(what)?;
+            let mounts = [("net-mount", "/dev/vhost-net"), ("tun-mount", "/dev/net/tun")];
+            entry.insert("vhost", mounts.into_iter().map(|(k, v)| (k.into(), v.into())).collect());
+        }
+        let extra = res.extra_info(id);
+        if !extra.is_empty() {
+            entry.insert("extra", extra);
+        }
         if vf.is_vfio() {
             let group =
                 vf.iommu_group.as_ref().ok_or_else(|| what("bound to vfio-pci but in no IOMMU group".into()))?;
@@ -248,7 +288,10 @@ pub fn allocate(
             add(format!("vfio/{group}"), &mut devices).map_err(what)?;
             entry.insert(
                 "vfio",
-                BTreeMap::from([("mount", "/dev/vfio/vfio".to_string()), ("dev-mount", format!("/dev/vfio/{group}"))]),
+                BTreeMap::from([
+                    ("mount".into(), "/dev/vfio/vfio".to_string()),
+                    ("dev-mount".into(), format!("/dev/vfio/{group}")),
+                ]),
             );
         } else {
             let mut rdma = BTreeMap::new();
@@ -270,18 +313,18 @@ pub fn allocate(
                     }
                     add(format!("infiniband/{c}"), &mut devices).map_err(what)?;
                     let kind = ["uverbs", "umad", "issm"].into_iter().find(|k| c.starts_with(k)).unwrap_or("uverbs");
-                    rdma.insert(kind, format!("/dev/infiniband/{c}"));
+                    rdma.insert(kind.to_string(), format!("/dev/infiniband/{c}"));
                 }
                 if !dev.char_devs.iter().any(|c| c.starts_with("uverbs")) {
                     return Err(what(format!("RDMA device {} has no uverbs character device", dev.name)));
                 }
-                rdma.insert("rdma_dev", dev.name.clone());
+                rdma.insert("rdma_dev".into(), dev.name.clone());
             }
             if !vf.rdma.is_empty() {
                 // rdma_cm exists once the rdma_ucm module is loaded; verbs work without it.
                 if paths.dev_root.join("infiniband/rdma_cm").exists() {
                     add("infiniband/rdma_cm".into(), &mut devices).map_err(what)?;
-                    rdma.insert("rdma_cm", "/dev/infiniband/rdma_cm".into());
+                    rdma.insert("rdma_cm".into(), "/dev/infiniband/rdma_cm".into());
                 }
                 entry.insert("rdma", rdma);
             }
@@ -386,7 +429,7 @@ pub fn prefer(available: &[String], must: &[String], size: usize, facts: &HashMa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Selectors;
+    use crate::config::PfVfs;
     use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
     use sriov_rdma_cni::kernel::sysfs::Sysfs;
 
@@ -403,7 +446,7 @@ mod tests {
         t.vf("0000:3b:00.0", 1, "0000:3b:00.3", None, "mlx5_core").unwrap();
         t.pci_ids("0000:3b:00.3", "15b3", "101e", 0).unwrap();
         let inv = Inventory::scan(&Sysfs::at(root.clone()));
-        let res = |sel: Selectors| Resource { name: "rdma/hca".into(), selectors: sel, require_rdma: true };
+        let res = |sel: Selectors| Resource::new("rdma/hca", sel);
         let offered = |r: &Resource, attached: &[(&str, bool)]| -> Vec<String> {
             let a = attached.iter().map(|(p, rdma)| (PciAddr::parse(p).unwrap(), Held { rdma: *rdma })).collect();
             offer(r, &inv, &BTreeSet::new(), &a, &BTreeMap::new())
@@ -412,7 +455,7 @@ mod tests {
                 .collect()
         };
         for pf in ["ens1f0", "mlx5_0"] {
-            let r = res(Selectors { pf_names: vec![pf.into()], ..Selectors::default() });
+            let r = res(Selectors { pf_names: vec![PfVfs::all(pf)], ..Selectors::default() });
             assert_eq!(offered(&r, &[]), vec!["0000:3b:00.2 Healthy"], "pfNames {pf}");
             // Its record says ADD found an RDMA device on it (now in the pod): still this resource's.
             let both = vec!["0000:3b:00.2 Healthy", "0000:3b:00.3 Healthy"];
@@ -421,12 +464,12 @@ mod tests {
             assert_eq!(offered(&r, &[("0000:3b:00.3", false)]), vec!["0000:3b:00.2 Healthy"], "pfNames {pf}");
         }
         let none = |sel| offered(&res(sel), &[]);
-        assert!(none(Selectors { pf_names: vec!["ens9".into()], ..Selectors::default() }).is_empty());
+        assert!(none(Selectors { pf_names: vec![PfVfs::all("ens9")], ..Selectors::default() }).is_empty());
         assert!(none(Selectors { vendors: vec!["8086".into()], ..Selectors::default() }).is_empty());
         assert!(none(Selectors { link_types: vec!["infiniband".into()], ..Selectors::default() }).is_empty());
         assert!(none(Selectors { numa_nodes: vec![1], ..Selectors::default() }).is_empty());
         assert!(none(Selectors { drivers: vec!["vfio-pci".into()], ..Selectors::default() }).is_empty());
-        let all = Resource { require_rdma: false, ..res(Selectors::default()) };
+        let all = res(Selectors { require_rdma: false, ..Selectors::default() });
         assert_eq!(offered(&all, &[]).len(), 2, "requireRdma: false offers the VF without an RDMA device");
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -442,10 +485,9 @@ mod tests {
             t.vf("0000:3b:00.0", i as u32, vf, Some(&format!("ens1f0v{i}")), "igbvf").unwrap();
         }
         let inv = Inventory::scan(&Sysfs::at(root.clone()));
-        let res = |name: &str, pci: &[&str]| Resource {
-            name: name.into(),
-            selectors: Selectors { pci_addresses: pci.iter().map(|s| s.to_string()).collect(), ..Selectors::default() },
-            require_rdma: false,
+        let res = |name: &str, pci: &[&str]| {
+            let pci_addresses = pci.iter().map(|s| s.to_string()).collect();
+            Resource::new(name, Selectors { pci_addresses, require_rdma: false, ..Selectors::default() })
         };
         let ids = |l: &[Offered]| -> Vec<String> { l.iter().map(|o| format!("{} {}", o.id, o.health)).collect() };
         let resources = [res("rdma/one", &["0000:3b:00.3"]), res("rdma/rest", &[])];
@@ -514,7 +556,7 @@ mod tests {
         }
         let paths = paths_under(&root);
         let inv = Inventory::scan(&Sysfs::at(paths.sysfs.clone()));
-        let res = Resource { name: "rdma/ib".into(), selectors: Selectors::default(), require_rdma: true };
+        let res = Resource::new("rdma/ib", Selectors::default());
         let got = |id: &str| -> Vec<String> {
             let r = allocate(&res, &inv, &[id.to_string()], &paths).unwrap();
             let mut v: Vec<String> = r.devices.iter().map(|d| d.container_path.clone()).collect();
@@ -539,7 +581,7 @@ mod tests {
         let paths = paths_under(&root);
         let inv = Inventory::scan(&Sysfs::at(paths.sysfs.clone()));
         assert_eq!(inv.vf(&PciAddr::parse("0000:3b:00.2").unwrap()).unwrap().1.rdma[0].name, "rxe0");
-        let res = Resource { name: "rdma/hca".into(), selectors: Selectors::default(), require_rdma: true };
+        let res = Resource::new("rdma/hca", Selectors::default());
         let e = allocate(&res, &inv, &["0000:3b:00.2".to_string()], &paths).unwrap_err();
         assert!(e.contains("0000:3b:00.2") && e.contains("rxe0") && e.contains("Soft-RoCE"), "{e}");
         assert!(!paths.devinfo_dir.exists(), "nothing written for a refused allocation");

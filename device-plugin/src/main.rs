@@ -5,7 +5,7 @@ use sriov_rdma_cni::cni::config::LogLevel;
 use sriov_rdma_cni::inventory::Inventory;
 use sriov_rdma_cni::kernel::sysfs::Sysfs;
 use sriov_rdma_cni::kubelet::pod_resources_socket;
-use sriov_rdma_cni::{error, info};
+use sriov_rdma_cni::{error, info, warn};
 use sriov_rdma_device_plugin::config::Config;
 use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
@@ -193,7 +193,7 @@ fn dry_run(config: &Config, paths: &Paths, sysfs: &Sysfs, outcomes: &[numvfs::Ou
                 "env": r.env_name(),
                 "socket": paths.kubelet_dir.join(r.socket_name()),
                 "selectors": r.selectors,
-                "requireRdma": r.require_rdma,
+                "warning": devices::unmatched(r, &list),
                 "devices": list,
             })
         })
@@ -217,6 +217,9 @@ async fn run(config: Config, paths: Paths, timing: Timing) -> i32 {
     // The first ListAndWatch answer is the node as it is, not an empty list.
     watcher.refresh().await;
     for (res, rx) in config.resources.iter().zip(lists) {
+        if let Some(w) = devices::unmatched(res, &rx.borrow()) {
+            warn!("{w}");
+        }
         tokio::spawn(server::serve(res.clone(), paths.clone(), rx, timing));
     }
     tokio::spawn(watcher.run(timing.poll));

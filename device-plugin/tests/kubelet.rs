@@ -574,3 +574,113 @@ async fn num_vfs_waits_for_an_add_in_flight_and_then_sees_its_record() {
     assert!(plugin.log().contains(&format!("VF {VF1} attached to a pod")), "{}", plugin.log());
     assert_eq!(fs::read_to_string(&numvfs).unwrap().trim(), "8");
 }
+
+/// The SR-IOV network device plugin's own config.json (its README's form, v3.11): `resourceList`, the default
+/// prefix intel.com, `#first-last` VF ranges on pfNames and rootDevices, selectors as a list (the first selector
+/// that takes a VF decides its needVhostNet), isRdma false by default, excludeTopology and additionalInfo.
+const SRIOVDP: &str = r#"{
+  "resourceList": [
+    {"resourceName": "cx6_rdma", "resourcePrefix": "nvidia.com",
+     "selectors": [{"vendors": ["15b3"], "pfNames": ["ens1f0#0-1"], "isRdma": true}]},
+    {"resourceName": "sriov_mixed", "excludeTopology": true,
+     "selectors": [{"drivers": ["vfio-pci"], "rootDevices": ["0000:3b:00.0#2-3"]},
+                   {"pfNames": ["ens1f0#0,3"], "needVhostNet": true}],
+     "additionalInfo": {"*": {"token": "all", "zone": "a"}, "0000:3b:00.5": {"token": "mine"}}},
+    {"resourceName": "rdma_none",
+     "selectors": {"pfNames": ["ens1f0#3"], "isRdma": true}}
+  ]
+}"#;
+
+#[tokio::test]
+async fn the_sriov_network_device_plugins_config_offers_exactly_the_vfs_its_ranges_and_selectors_name() {
+    let node = Node::new("sriovdp");
+    node.tree.vf(PF, 3, PLAIN, Some("ens1f0v3"), "mlx5_core").unwrap();
+    node.tree.pci_ids(PLAIN, "15b3", "101e", 1).unwrap();
+    for d in ["vhost-net", "net/tun"] {
+        let p = node.dir.join("dev").join(d);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, b"").unwrap();
+    }
+    let cfg = node.config(SRIOVDP);
+    let mut kubelet = Kubelet::start(&node.kubelet_dir());
+    let plugin = node.start(&["--config", cfg.to_str().unwrap()]);
+    let mut lists = std::collections::BTreeMap::new();
+    let mut clients = std::collections::BTreeMap::new();
+    for _ in 0..3 {
+        let reg = kubelet.next_registration(Duration::from_secs(10)).await;
+        let mut dp = kubelet.dial(&reg).await;
+        let mut s = dp.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+        lists.insert(reg.resource_name.clone(), next_list(&mut s, Duration::from_secs(5)).await);
+        clients.insert(reg.resource_name, dp);
+    }
+    let ids = |name: &str| -> Vec<String> { lists[name].iter().map(|d| d.id.clone()).collect() };
+    // pfNames ens1f0#0-1 with isRdma: VFs 0 and 1 (both have an RDMA device), not 2 or 3.
+    assert_eq!(ids("nvidia.com/cx6_rdma"), vec![VF0, VF1]);
+    // Selector 1 takes the vfio-pci VF 2 of rootDevices #2-3; selector 2 (#0,3) takes VF 3, which has no RDMA
+    // device (isRdma is false by default); VF 0 is the first resource's.
+    assert_eq!(ids("intel.com/sriov_mixed"), vec![VFIO, PLAIN]);
+    assert!(lists["intel.com/sriov_mixed"].iter().all(|d| d.topology.is_none()), "excludeTopology");
+    assert!(lists["nvidia.com/cx6_rdma"].iter().all(|d| d.topology.is_some()));
+    // isRdma: true, and VF 3 has no RDMA device: nothing, and the log says so.
+    assert_eq!(ids("intel.com/rdma_none"), Vec::<String>::new());
+    plugin.wait_log("intel.com/rdma_none: its selectors match no VF on this node").await;
+    assert!(!plugin.log().contains("intel.com/sriov_mixed: its selectors match no VF"), "{}", plugin.log());
+
+    let mixed = clients.get_mut("intel.com/sriov_mixed").unwrap();
+    let req = |id: &str| api::AllocateRequest {
+        container_requests: vec![api::ContainerAllocateRequest { devices_ids: vec![id.to_string()] }],
+    };
+    let r = mixed.allocate(req(PLAIN)).await.unwrap().into_inner();
+    let c = &r.container_responses[0];
+    let mut paths: Vec<&str> = c.devices.iter().map(|d| d.container_path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, vec!["/dev/net/tun", "/dev/vhost-net"], "needVhostNet of the selector that took VF 3");
+    let info: serde_json::Value = serde_json::from_str(&c.envs["PCIDEVICE_INTEL_COM_SRIOV_MIXED_INFO"]).unwrap();
+    assert_eq!(info[PLAIN]["extra"], serde_json::json!({"token": "mine", "zone": "a"}), "additionalInfo");
+    assert_eq!(info[PLAIN]["vhost"]["net-mount"], "/dev/vhost-net");
+    // The vfio-pci VF was taken by the first selector, which has no needVhostNet.
+    let r = mixed.allocate(req(VFIO)).await.unwrap().into_inner();
+    let mut paths: Vec<&str> = r.container_responses[0].devices.iter().map(|d| d.container_path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, vec!["/dev/vfio/42", "/dev/vfio/vfio"]);
+    let info: serde_json::Value =
+        serde_json::from_str(&r.container_responses[0].envs["PCIDEVICE_INTEL_COM_SRIOV_MIXED_INFO"]).unwrap();
+    assert_eq!(info[VFIO]["extra"], serde_json::json!({"token": "all", "zone": "a"}));
+
+    // The same file through --dry-run (what doctor reads): the same lists and the warning.
+    let out = node.command(&["--config", cfg.to_str().unwrap(), "--dry-run"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let res = doc["resources"].as_array().unwrap();
+    assert_eq!(res[2]["name"], "intel.com/rdma_none");
+    assert!(res[2]["warning"].as_str().is_some_and(|w| w.contains("match no VF")), "{}", res[2]);
+    assert!(res[1]["warning"].is_null());
+}
+
+#[test]
+fn our_format_takes_the_same_vf_ranges_and_refuses_a_malformed_one_naming_the_key() {
+    let node = Node::new("ranges");
+    let dry = |text: &str| {
+        let cfg = node.config(text);
+        node.command(&["--config", cfg.to_str().unwrap(), "--dry-run"]).output().unwrap()
+    };
+    let out = dry(r#"{"resources":[{"name":"rdma/hca","selectors":{"pfNames":["ens1f0#1-2"]}}]}"#);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> =
+        doc["resources"][0]["devices"].as_array().unwrap().iter().map(|d| d["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![VF1, VFIO], "VFs 1 and 2 of ens1f0, not 0");
+    for (bad, key) in [
+        (r#"{"resources":[{"selectors":{"pfNames":["ens1f0","ens1f0#3-1"]}}]}"#, "resources[0].selectors.pfNames[1]"),
+        (
+            r#"{"resourceList":[{"resourceName":"a","selectors":[{},{"rootDevices":["0000:3b:00.0#x"]}]}]}"#,
+            "resourceList[0].selectors[1].rootDevices[0]",
+        ),
+    ] {
+        let out = dry(bad);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains(key), "{bad}: {err}");
+        assert!(out.stdout.is_empty(), "nothing advertised");
+    }
+}
