@@ -443,7 +443,10 @@ fn doctor_shows_what_the_device_plugin_advertises_and_why_a_vf_is_unhealthy() {
     let kubelet = bed.dir.join("kubelet");
     fs::create_dir_all(&kubelet).unwrap();
     let cfg = bed.dir.join("dp.json");
-    fs::write(&cfg, r#"{"resources":[{"name":"rdma/hca","selectors":{"drivers":["igbvf"]}}]}"#).unwrap();
+    // The second resource takes VF 5 and up of a PF with two: it matches nothing, which doctor warns about.
+    let none = format!(r#"{{"name":"rdma/none","selectors":{{"pfNames":["{}#5-7"]}}}}"#, bed.pf);
+    fs::write(&cfg, format!(r#"{{"resources":[{{"name":"rdma/hca","selectors":{{"drivers":["igbvf"]}}}},{none}]}}"#))
+        .unwrap();
     let advertised = |r: &Value| -> Vec<(String, bool, String)> {
         let res = r["resource"]["advertised"].as_array().unwrap_or_else(|| panic!("no advertised view: {r}"));
         assert_eq!(res[0]["name"], "rdma/hca");
@@ -463,6 +466,11 @@ fn doctor_shows_what_the_device_plugin_advertises_and_why_a_vf_is_unhealthy() {
     let before = advertised(&json(&out));
     // The resource asks for RDMA (the default): VF 0 has an RDMA device, VF 1 has none.
     assert_eq!(before, [(pci0.clone(), true, String::new())], "{err}");
+    let r = json(&out);
+    let all = warnings(&r);
+    let unmatched: Vec<&String> = all.iter().filter(|w| w.contains("match no VF")).collect();
+    assert_eq!(unmatched.len(), 1, "{all:?}");
+    assert!(unmatched[0].starts_with("rdma/none: its selectors match no VF on this node"), "{unmatched:?}");
     // The RDMA port of VF 0 goes down: the device plugin would advertise it unhealthy, and doctor says why.
     fs::write(bed.sysfs.join("class/infiniband/mlx5_7/ports/1/state"), "1: DOWN\n").unwrap();
     let (_, out, _) =

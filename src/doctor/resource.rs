@@ -39,6 +39,8 @@ pub struct AdvertisedDevice {
 pub struct AdvertisedResource {
     pub name: String,
     pub devices: Vec<AdvertisedDevice>,
+    /// The device plugin's warning about the resource (its selectors match no VF of the node).
+    pub warning: Option<String>,
 }
 
 /// What this node's device plugin advertises, per resource. Implemented by the device plugin; doctor reports it
@@ -88,6 +90,7 @@ impl Advertised for DryRun {
             .iter()
             .map(|r| AdvertisedResource {
                 name: r.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string(),
+                warning: r.get("warning").and_then(|w| w.as_str()).map(str::to_string),
                 devices: r
                     .get("devices")
                     .and_then(|d| d.as_array())
@@ -463,6 +466,7 @@ pub fn report(
         }
     });
     for r in advertised.iter().flatten() {
+        warnings.extend(r.warning.clone());
         for d in r.devices.iter().filter(|d| !d.healthy) {
             warnings.push(format!(
                 "{} device {} is advertised unhealthy: {}",
