@@ -2,6 +2,7 @@
 //! the environment variables `RDMA_RESOURCE_NAME`, `RDMA_DEVICE_SPEC_STR` and `RDMA_DEBUG`. Everything is checked
 //! before anything is advertised; an error names the key.
 
+use crate::alloc::Policy;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -34,6 +35,8 @@ struct ResourceFile {
     name: Option<String>,
     selectors: Option<Selectors>,
     require_rdma: Option<bool>,
+    /// `spread` (the default) or `pack`: see [`crate::alloc::Policy`].
+    allocation: Option<String>,
 }
 
 /// Which VFs a resource offers; every given list must match (an empty or absent list matches all). A VF that
@@ -73,6 +76,8 @@ pub struct Resource {
     pub selectors: Selectors,
     /// Offer only VFs that have an RDMA device (or are bound to vfio-pci): the default.
     pub require_rdma: bool,
+    /// How GetPreferredAllocation picks several VFs for one container.
+    pub allocation: Policy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +132,7 @@ impl Config {
                     name,
                     selectors: Some(Selectors { pf_names, ..Selectors::default() }),
                     require_rdma: None,
+                    allocation: None,
                 };
                 File { resources: Some(vec![res]), num_vfs: None }.check(None).map_err(|e| {
                     ConfigError(
@@ -161,7 +167,12 @@ impl File {
                 return err(format!("{key}.name"), format!("{name:?} is given twice"));
             }
             // `/` and `.` both become `_` (and the variable is upper case): two names may not share either.
-            let this = Resource { name: name.clone(), selectors: Selectors::default(), require_rdma: true };
+            let this = Resource {
+                name: name.clone(),
+                selectors: Selectors::default(),
+                require_rdma: true,
+                allocation: Policy::default(),
+            };
             let clash = resources
                 .iter()
                 .enumerate()
@@ -206,7 +217,12 @@ impl File {
             let vendors = s.vendors.iter().map(|v| v.to_ascii_lowercase()).collect();
             let devices = s.devices.iter().map(|v| v.to_ascii_lowercase()).collect();
             let selectors = Selectors { vendors, devices, pci_addresses, ..s };
-            resources.push(Resource { name, selectors, require_rdma: r.require_rdma.unwrap_or(true) });
+            let allocation = match r.allocation.as_deref().map(|v| (v, Policy::parse(v))) {
+                None => Policy::default(),
+                Some((_, Some(p))) => p,
+                Some((v, None)) => return err(format!("{key}.allocation"), format!("{v:?} is not spread or pack")),
+            };
+            resources.push(Resource { name, selectors, require_rdma: r.require_rdma.unwrap_or(true), allocation });
         }
         let num_vfs: Vec<(String, u32)> = self.num_vfs.unwrap_or_default().into_iter().collect();
         if let Some((pf, _)) = num_vfs.iter().find(|(pf, _)| pf.is_empty() || pf.contains('/')) {
