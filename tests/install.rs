@@ -191,7 +191,7 @@ fn the_release_binary_runs_in_an_empty_root() {
     };
 
     let (code, out, err) = run(&["--version"], &[], "");
-    assert_eq!((code, out.as_str(), err.trim()), (Some(0), "", version_line().as_str()), "{err}");
+    assert_eq!((code, out.trim(), err.as_str()), (Some(0), version_line().as_str(), ""), "{err}");
 
     let (code, out, err) = run(&[], &[("CNI_COMMAND", "VERSION")], r#"{"cniVersion":"1.0.0"}"#);
     assert_eq!(code, Some(0), "{out} {err}");

@@ -651,3 +651,35 @@ async fn num_vfs_waits_for_an_add_in_flight_and_then_sees_its_record() {
     assert!(plugin.log().contains(&format!("VF {VF1} attached to a pod")), "{}", plugin.log());
     assert_eq!(fs::read_to_string(&numvfs).unwrap().trim(), "8");
 }
+
+#[test]
+fn version_and_help_go_to_stdout_and_a_bad_command_line_to_stderr_with_exit_2() {
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_sriov-rdma-device-plugin")).args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("unknown".to_string(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let want = format!("sriov-rdma-device-plugin {} (commit {head})\n", env!("CARGO_PKG_VERSION"));
+    assert_eq!(run(&["--version"]), (Some(0), want, String::new()));
+    for help in ["--help", "-h"] {
+        let (code, out, err) = run(&[help]);
+        assert_eq!((code, err.as_str()), (Some(0), ""), "{help}");
+        assert!(out.starts_with("usage: sriov-rdma device-plugin"), "{help}: {out}");
+    }
+    for (args, says) in [(&["--bogus"][..], "unknown argument \"--bogus\""), (&["--config"], "--config needs a value")]
+    {
+        let (code, out, err) = run(args);
+        assert_eq!((code, out.as_str()), (Some(2), ""), "{args:?}: {err}");
+        assert!(err.starts_with(&format!("sriov-rdma device-plugin: {says}")) && err.contains("usage: "), "{err}");
+    }
+}

@@ -719,6 +719,10 @@ pub fn parse_args(args: &[String]) -> Result<(bool, Options), String> {
 /// `sriov-rdma doctor …`; returns the exit status: 0, 1 when something blocks a pod (or the bandwidth test
 /// asked for could not run), 2 for bad arguments.
 pub fn main(args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return 0;
+    }
     let (json, opts) = match parse_args(args) {
         Ok(p) => p,
         Err(e) => {
