@@ -244,7 +244,12 @@ fn put_atomic_with(
 
 /// The line `--version` prints, as this binary prints it.
 pub fn version_line() -> String {
-    format!("sriov-rdma {} (CNI {})", env!("CARGO_PKG_VERSION"), crate::cni::config::SUPPORTED_VERSIONS.join(", "))
+    format!(
+        "sriov-rdma {} (commit {}; CNI {})",
+        env!("CARGO_PKG_VERSION"),
+        crate::COMMIT,
+        crate::cni::config::SUPPORTED_VERSIONS.join(", ")
+    )
 }
 
 /// Runs the installed copy with `--version` (clean environment) and checks that it is this version.
@@ -263,9 +268,15 @@ pub fn verify(bin: &Path) -> Result<String, Error> {
         }
     }
     let out = ctx(out, || format!("running the installed {} --version", bin.display()))?;
-    let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() {
-        return Err(Error(format!("the installed {} --version failed ({}): {said}", bin.display(), out.status)));
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(Error(format!(
+            "the installed {} --version failed ({}): {}",
+            bin.display(),
+            out.status,
+            err.trim()
+        )));
     }
     if said != version_line() {
         return Err(Error(format!(
@@ -404,7 +415,7 @@ pub fn main(args: &[String]) -> i32 {
     let o = match parse_args(args) {
         Ok(Some(o)) => o,
         Ok(None) => {
-            eprint!("{USAGE}");
+            print!("{USAGE}");
             return 0;
         }
         Err(e) => {
@@ -637,7 +648,7 @@ mod tests {
         let src = d.0.join("src");
         fs::create_dir(&src).unwrap();
         let exe = src.join("exe");
-        fs::write(&exe, format!("#!/bin/sh\necho '{}' >&2\n", version_line())).unwrap();
+        fs::write(&exe, format!("#!/bin/sh\necho '{}'\n", version_line())).unwrap();
         let conf = src.join("10-sriov-rdma.conflist");
         fs::write(&conf, r#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"sriov-rdma"}]}"#).unwrap();
         let (bin, net) = (d.0.join("bin"), d.0.join("net.d"));
@@ -667,10 +678,10 @@ mod tests {
         assert_eq!(fs::metadata(bin.join("sriov-rdma")).unwrap().ino(), ino);
 
         // An installed copy that does not say this version is an error, and a bad config is not installed.
-        fs::write(&exe, "#!/bin/sh\necho 'sriov-rdma 0.0.1' >&2\n").unwrap();
+        fs::write(&exe, "#!/bin/sh\necho 'sriov-rdma 0.0.1'\n").unwrap();
         let e = install(&o, &exe).unwrap_err();
         assert!(e.0.contains("says \"sriov-rdma 0.0.1\""), "{e}");
-        fs::write(&exe, format!("#!/bin/sh\necho '{}' >&2\n", version_line())).unwrap();
+        fs::write(&exe, format!("#!/bin/sh\necho '{}'\n", version_line())).unwrap();
         let good = fs::read(&conf).unwrap();
         fs::write(&conf, r#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"sriov-rdma","mtu":1}]}"#).unwrap();
         let e = install(&o, &exe).unwrap_err();

@@ -6,6 +6,10 @@
 
 pub mod log;
 
+/// The commit both binaries were built from: `git rev-parse --short HEAD` at build time, `SRIOV_RDMA_COMMIT`
+/// when set, else "unknown" (build.rs).
+pub const COMMIT: &str = env!("SRIOV_RDMA_COMMIT");
+
 pub mod cni;
 pub mod doctor;
 pub mod flow;

@@ -44,7 +44,17 @@ fn json(out: &str) -> Value {
 }
 
 fn warnings(r: &Value) -> Vec<String> {
-    r["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect()
+    messages(r, "warnings")
+}
+
+/// The messages of `warnings` or `blockers`.
+fn messages(r: &Value, list: &str) -> Vec<String> {
+    r[list].as_array().unwrap().iter().map(|w| w["message"].as_str().unwrap().to_string()).collect()
+}
+
+/// The codes of `warnings` or `blockers`.
+fn codes(r: &Value, list: &str) -> Vec<String> {
+    r[list].as_array().unwrap().iter().map(|w| w["code"].as_str().unwrap_or("").to_string()).collect()
 }
 
 /// A RoCE port in the fake tree: device `dev` under PCI function `pci`, port 1 bound to `netdev`, with counters.
@@ -137,6 +147,50 @@ fn a_degraded_pcie_link_and_a_netdev_mtu_below_the_roce_mtu_are_flagged_with_the
     assert_eq!(r["bandwidth"]["ports"][0]["active_mtu"], 4096);
     let w = warnings(&r);
     assert!(!w.iter().any(|w| w.contains("PCIe") || w.contains("RoCE MTU")), "{w:?}");
+}
+
+#[test]
+fn json_has_a_schema_version_and_a_documented_code_for_each_warning_and_blocker() {
+    root_only!();
+    let bed = Bed::new("dcd", 1);
+    let kubelet = bed.dir.join("no-kubelet");
+    pcie_link(&bed.pci_dir(&bed.pf_pci), ("8.0 GT/s PCIe", "8"), ("16.0 GT/s PCIe", "16"));
+    // A config whose deviceID is no VF of this node: ADD would fail, a blocker.
+    fs::create_dir_all(&bed.dir).unwrap();
+    let conf = bed.dir.join("gone.conf");
+    fs::write(&conf, conf_dev("1.0.0", "0000:99:00.1", "")).unwrap();
+    let (code, out, err) =
+        doctor_in(&bed, &kubelet, &["--json", "--interval", "0", "--config", conf.to_str().unwrap()], None);
+    assert_eq!(code, 1, "{out} {err}");
+    let r = json(&out);
+    assert_eq!(r["schema"], 1, "{r}");
+    let (w, b) = (codes(&r, "warnings"), codes(&r, "blockers"));
+    assert!(w.contains(&"pcie-link-degraded".to_string()), "{w:?}");
+    assert_eq!(b, vec!["add-would-fail"], "{r}");
+    // Every code is a short stable word and docs/doctor.md lists it, with every code the source can emit.
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/doctor.md")).unwrap();
+    let listed = |c: &str| doc.contains(&format!("| `{c}` |"));
+    for c in w.iter().chain(&b) {
+        assert!(!c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "code {c:?}");
+    }
+    let mut emitted = Vec::new();
+    for f in ["mod.rs", "link.rs", "bandwidth.rs", "resource.rs"] {
+        let src = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor").join(f)).unwrap();
+        // `Finding::new("code", …)`, the code on the same line or (rustfmt's) the next.
+        emitted.extend(
+            src.split("Finding::new(")
+                .skip(1)
+                .filter_map(|s| s.trim_start().strip_prefix('"'))
+                .filter_map(|s| s.split('"').next().map(str::to_string)),
+        );
+    }
+    assert!(emitted.len() >= 30, "{emitted:?}");
+    let undocumented: Vec<&String> = emitted.iter().filter(|c| !listed(c)).collect();
+    assert!(undocumented.is_empty(), "codes missing from docs/doctor.md: {undocumented:?}");
+    let mut unique = emitted.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), emitted.len(), "each code names one finding: {emitted:?}");
 }
 
 #[test]
@@ -250,7 +304,7 @@ fn config_says_whether_add_would_find_a_vf_and_changes_nothing() {
     let c = &r["resource"]["configs"][0];
     assert!(c["vf"].is_null() && c["code"] == 5, "{c}");
     assert!(c["error"].as_str().unwrap().contains("already attached to container dcf-c1 as net1"), "{c}");
-    assert!(r["blockers"].as_array().unwrap().iter().any(|b| b.as_str().unwrap().contains("ADD would fail")), "{r}");
+    assert!(messages(&r, "blockers").iter().any(|b| b.contains("ADD would fail")), "{r}");
     let h = &r["resource"]["holders"][0];
     assert_eq!(
         (h["vf"].as_str(), h["container_id"].as_str(), h["orphan"].as_bool()),
@@ -345,7 +399,10 @@ fn the_kubelet_registration_is_read_from_its_socket_and_checkpoint() {
     let r = json(&out);
     assert_eq!(r["resource"]["kubelet"]["plugin_sockets"][0], "sriov_rdma.sock");
     assert!(
-        r["blockers"][0].as_str().unwrap().contains("no resource the kubelet registered lists a VF of this node"),
+        r["blockers"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no resource the kubelet registered lists a VF of this node"),
         "{r}"
     );
     assert!(r["resource"]["advertised"].is_null(), "doctor does not invent what the device plugin advertises");

@@ -10,6 +10,7 @@
 //! Their keys this plugin cannot honour (other device types, vDPA, DDP profiles, partition keys, ACPI indexes) are
 //! refused naming the key: a resource never silently offers something else than the file says.
 
+use crate::alloc::Policy;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sriov_rdma_cni::model::PciAddr;
@@ -57,6 +58,8 @@ struct ResourceFile {
     selectors: Option<Value>,
     additional_info: Option<BTreeMap<String, BTreeMap<String, String>>>,
     require_rdma: Option<bool>,
+    /// `spread` (the default) or `pack`: see [`crate::alloc::Policy`].
+    allocation: Option<String>,
 }
 
 /// One selector object as written: every key of both forms.
@@ -213,6 +216,8 @@ pub struct Resource {
     pub exclude_topology: bool,
     /// `additionalInfo`: `*` or a VF's PCI address → key → value, added to the VF's entry of the `_INFO` variable.
     pub additional_info: BTreeMap<String, BTreeMap<String, String>>,
+    /// How GetPreferredAllocation picks several VFs for one container.
+    pub allocation: Policy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,6 +235,7 @@ impl Resource {
             selectors: vec![selectors],
             exclude_topology: false,
             additional_info: BTreeMap::new(),
+            allocation: Policy::default(),
         }
     }
 
@@ -387,7 +393,12 @@ impl File {
                 additional_info.insert(k, m);
             }
             let exclude_topology = r.exclude_topology.unwrap_or(false);
-            resources.push(Resource { name, selectors, exclude_topology, additional_info });
+            let allocation = match r.allocation.as_deref().map(|v| (v, Policy::parse(v))) {
+                None => Policy::default(),
+                Some((_, Some(p))) => p,
+                Some((v, None)) => return err(format!("{key}.allocation"), format!("{v:?} is not spread or pack")),
+            };
+            resources.push(Resource { name, selectors, exclude_topology, additional_info, allocation });
         }
         let num_vfs: Vec<(String, u32)> = self.num_vfs.unwrap_or_default().into_iter().collect();
         if let Some((pf, _)) = num_vfs.iter().find(|(pf, _)| pf.is_empty() || pf.contains('/')) {

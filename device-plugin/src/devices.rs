@@ -1,5 +1,5 @@
 //! What a resource offers (its VFs and their health, from the node inventory), what a container gets for the VFs
-//! the kubelet allocated, and which VFs to prefer. Synchronous and free of the RPC layer.
+//! the kubelet allocated (which VFs to prefer: alloc.rs). Synchronous and free of the RPC layer.
 
 use crate::api;
 use crate::config::{Resource, Selectors};
@@ -371,61 +371,6 @@ fn write_device_info(dir: &Path, resource: &str, vf: &VfInfo) -> Result<(), Stri
     std::fs::rename(&tmp, &path).map_err(|e| io("renaming into", e))
 }
 
-/// What the preference needs to know of a device.
-#[derive(Debug, Clone)]
-pub struct Facts {
-    pub healthy: bool,
-    pub numa: Option<u32>,
-    pub pf: Option<PciAddr>,
-}
-
-/// The kubelet's choice made good: `must` first, then healthy before unhealthy, on the NUMA node of what is
-/// already chosen (or the node with the most healthy free devices), packed onto PFs already used, then onto the
-/// PF with the most free devices, by address.
-pub fn prefer(available: &[String], must: &[String], size: usize, facts: &HashMap<String, Facts>) -> Vec<String> {
-    let fact = |id: &String| facts.get(id).cloned().unwrap_or(Facts { healthy: false, numa: None, pf: None });
-    let mut chosen: Vec<String> = Vec::new();
-    for id in must {
-        if !chosen.contains(id) {
-            chosen.push(id.clone());
-        }
-    }
-    let mut free: Vec<String> = available.iter().filter(|id| !chosen.contains(id)).cloned().collect();
-    free.sort();
-    free.dedup();
-    let target = chosen.iter().find_map(|id| fact(id).numa).or_else(|| {
-        let mut count: BTreeMap<u32, usize> = BTreeMap::new();
-        for f in free.iter().map(fact).filter(|f| f.healthy) {
-            if let Some(n) = f.numa {
-                *count.entry(n).or_default() += 1;
-            }
-        }
-        count.into_iter().max_by_key(|(n, c)| (*c, std::cmp::Reverse(*n))).map(|(n, _)| n)
-    });
-    while chosen.len() < size && !free.is_empty() {
-        let used: BTreeSet<Option<PciAddr>> = chosen.iter().map(|id| fact(id).pf).collect();
-        let mut per_pf: HashMap<Option<PciAddr>, usize> = HashMap::new();
-        for f in free.iter().map(fact) {
-            *per_pf.entry(f.pf).or_default() += 1;
-        }
-        let key = |id: &String| {
-            let f = fact(id);
-            let on_pf = per_pf.get(&f.pf).copied().unwrap_or(0);
-            (
-                !f.healthy,
-                target.is_some() && f.numa != target,
-                !used.contains(&f.pf),
-                std::cmp::Reverse(on_pf),
-                id.clone(),
-            )
-        };
-        let Some(best) = free.iter().min_by_key(|id| key(id)).cloned() else { break };
-        free.retain(|id| *id != best);
-        chosen.push(best);
-    }
-    chosen
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,18 +470,6 @@ mod tests {
         }
     }
 
-    fn facts(list: &[(&str, bool, u32, &str)]) -> HashMap<String, Facts> {
-        list.iter()
-            .map(|(id, healthy, numa, pf)| {
-                (id.to_string(), Facts { healthy: *healthy, numa: Some(*numa), pf: Some(PciAddr::parse(pf).unwrap()) })
-            })
-            .collect()
-    }
-
-    fn ids(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
     #[test]
     fn an_infiniband_vf_gets_umad_and_issm_an_ethernet_one_only_verbs() {
         let (root, t) = node("ib", ("0000:5e:00.0", "ib0", 2, 32));
@@ -586,28 +519,5 @@ mod tests {
         assert!(e.contains("0000:3b:00.2") && e.contains("rxe0") && e.contains("Soft-RoCE"), "{e}");
         assert!(!paths.devinfo_dir.exists(), "nothing written for a refused allocation");
         let _ = std::fs::remove_dir_all(&root);
-    }
-
-    #[test]
-    fn preference_is_healthy_then_numa_aligned_then_packed_by_pf() {
-        let f = facts(&[
-            ("0000:3b:00.2", false, 0, "0000:3b:00.0"),
-            ("0000:3b:00.3", true, 0, "0000:3b:00.0"),
-            ("0000:3b:00.4", true, 0, "0000:3b:00.0"),
-            ("0000:3c:00.2", true, 0, "0000:3c:00.0"),
-            ("0000:af:00.2", true, 1, "0000:af:00.0"),
-            ("0000:af:00.3", true, 1, "0000:af:00.0"),
-            ("0000:af:00.4", true, 1, "0000:af:00.0"),
-            ("0000:af:00.5", true, 1, "0000:af:00.0"),
-        ]);
-        let all: Vec<String> = f.keys().cloned().collect();
-        // NUMA 1 has the most healthy free VFs, all on one PF.
-        assert_eq!(prefer(&all, &[], 2, &f), ids(&["0000:af:00.2", "0000:af:00.3"]));
-        // A must-include on NUMA 0 pulls the rest there; a healthy VF on the other node beats an unhealthy one.
-        assert_eq!(
-            prefer(&all, &ids(&["0000:3c:00.2"]), 4, &f),
-            ids(&["0000:3c:00.2", "0000:3b:00.3", "0000:3b:00.4", "0000:af:00.2"])
-        );
-        assert_eq!(prefer(&all, &ids(&["0000:3b:00.3"]), 2, &f), ids(&["0000:3b:00.3", "0000:3b:00.4"]));
     }
 }

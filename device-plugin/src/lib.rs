@@ -14,6 +14,7 @@ pub mod podresources_api {
     tonic::include_proto!("v1");
 }
 
+pub mod alloc;
 pub mod config;
 pub mod devices;
 pub mod numvfs;

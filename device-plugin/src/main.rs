@@ -19,6 +19,7 @@ const USAGE: &str = concat!(
     "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug]\n",
     "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR] [--poll-ms N]\n",
     "       sriov-rdma device-plugin --pod-resources [--socket PATH]\n",
+    "       sriov-rdma device-plugin --version | --help\n",
     "Offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin API v1beta1).\n",
     "Without --config: one resource from RDMA_RESOURCE_NAME (default rdma/hca) and RDMA_DEVICE_SPEC_STR (PF netdev\n",
     "or RDMA device names, comma-separated); RDMA_DEBUG=1 logs more. --dry-run prints what would be advertised.\n",
@@ -47,7 +48,14 @@ fn env_path(var: &str, default: &str) -> PathBuf {
     std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
 }
 
-fn parse(args: &[String]) -> Result<Option<Args>, String> {
+/// What the command line asks for.
+enum Cli {
+    Run(Box<Args>),
+    Help,
+    Version,
+}
+
+fn parse(args: &[String]) -> Result<Cli, String> {
     let mut a = Args {
         config: None,
         dry_run: false,
@@ -67,7 +75,8 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--help" | "-h" => return Ok(None),
+            "--help" | "-h" => return Ok(Cli::Help),
+            "--version" => return Ok(Cli::Version),
             "--config" => a.config = Some(value()?.into()),
             "--dry-run" => a.dry_run = true,
             "--debug" => a.debug = true,
@@ -93,15 +102,19 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
     if a.socket.is_some() && !a.pod_resources {
         return Err("--socket goes with --pod-resources".into());
     }
-    Ok(Some(a))
+    Ok(Cli::Run(Box::new(a)))
 }
 
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args = match parse(&argv) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            eprint!("{USAGE}");
+        Ok(Cli::Run(a)) => *a,
+        Ok(Cli::Help) => {
+            print!("{USAGE}");
+            return;
+        }
+        Ok(Cli::Version) => {
+            println!("sriov-rdma-device-plugin {} (commit {})", env!("CARGO_PKG_VERSION"), sriov_rdma_cni::COMMIT);
             return;
         }
         Err(e) => {

@@ -2,14 +2,16 @@
 //! registration (again whenever the kubelet restarts and removes the socket), and the poll that turns the node
 //! inventory into ListAndWatch updates.
 
+use crate::alloc::{self, Candidate};
 use crate::api;
 use crate::api::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use crate::api::registration_client::RegistrationClient;
 use crate::config::Resource;
-use crate::devices::{self, Facts, Offered, Paths};
+use crate::devices::{self, Offered, Paths};
 use hyper_util::rt::TokioIo;
 use sriov_rdma_cni::inventory::Inventory;
 use sriov_rdma_cni::kernel::sysfs::Sysfs;
+use sriov_rdma_cni::model::PciAddr;
 use sriov_rdma_cni::{debug, error, info, warn};
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
@@ -85,17 +87,23 @@ impl DevicePlugin for Plugin {
         &self,
         req: Request<api::PreferredAllocationRequest>,
     ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
-        let facts: HashMap<String, Facts> = {
+        let candidates: HashMap<String, Candidate> = {
             let paths = self.paths.clone();
-            let inv = tokio::task::spawn_blocking(move || scan(&paths))
-                .await
-                .map_err(|e| Status::internal(format!("reading the node inventory: {e}")))?;
+            let (inv, roots) = tokio::task::spawn_blocking(move || {
+                let inv = scan(&paths);
+                let roots = pcie_roots(&paths.sysfs, &inv);
+                (inv, roots)
+            })
+            .await
+            .map_err(|e| Status::internal(format!("reading the node inventory: {e}")))?;
             let listed = self.devices.borrow().clone();
             listed
                 .into_iter()
                 .map(|o| {
                     let pf = pf_of(&inv, &o.id);
-                    (o.id.clone(), Facts { healthy: o.health == devices::HEALTHY, numa: o.numa_node, pf })
+                    let pcie_root = pf.as_ref().and_then(|p| roots.get(p).cloned());
+                    let c = Candidate { healthy: o.health == devices::HEALTHY, numa: o.numa_node, pf, pcie_root };
+                    (o.id.clone(), c)
                 })
                 .collect()
         };
@@ -104,11 +112,12 @@ impl DevicePlugin for Plugin {
             .container_requests
             .into_iter()
             .map(|c| api::ContainerPreferredAllocationResponse {
-                device_i_ds: devices::prefer(
+                device_i_ds: alloc::choose(
+                    self.res.allocation,
                     &c.available_device_i_ds,
                     &c.must_include_device_i_ds,
                     usize::try_from(c.allocation_size).unwrap_or(0),
-                    &facts,
+                    &candidates,
                 ),
             })
             .collect();
@@ -153,8 +162,19 @@ impl DevicePlugin for Plugin {
     }
 }
 
-fn pf_of(inv: &Inventory, id: &str) -> Option<sriov_rdma_cni::model::PciAddr> {
-    let pci = sriov_rdma_cni::model::PciAddr::parse(id).ok()?;
+/// Each PF's PCIe root complex, from its `bus/pci/devices` link (a tree without links has none).
+fn pcie_roots(sysfs: &Path, inv: &Inventory) -> HashMap<PciAddr, String> {
+    let dir = sysfs.join("bus/pci/devices");
+    inv.pfs
+        .iter()
+        .filter_map(|pf| {
+            Some((pf.pci.clone(), alloc::pcie_root(&std::fs::read_link(dir.join(pf.pci.as_str())).ok()?)?))
+        })
+        .collect()
+}
+
+fn pf_of(inv: &Inventory, id: &str) -> Option<PciAddr> {
+    let pci = PciAddr::parse(id).ok()?;
     inv.vf(&pci).map(|(pf, _)| pf.pci.clone())
 }
 

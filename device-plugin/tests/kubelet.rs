@@ -345,6 +345,83 @@ async fn allocate_answers_exactly_the_vfs_char_devices_env_and_device_info() {
     assert_eq!(pref.container_responses[0].device_i_ds, vec![VF1.to_string(), VF0.to_string()]);
 }
 
+/// Two more PFs (rails) with two mlx5 VFs each, both under the PCIe root complex `pci0000:5d` as real sysfs lays
+/// them out (`bus/pci/devices/<address>` a link into `devices/pci0000:5d/…`); the node's first PF has no such link.
+fn two_more_rails(node: &Node) -> [[&'static str; 2]; 2] {
+    let rails = [
+        ("0000:5e:00.0", "ens2f0", ["0000:5e:00.2", "0000:5e:00.3"], 4),
+        ("0000:5f:00.0", "ens2f1", ["0000:5f:00.2", "0000:5f:00.3"], 6),
+    ];
+    let t = &node.tree;
+    for (pf, netdev, vfs, first_rdma) in rails {
+        for pci in std::iter::once(pf).chain(vfs) {
+            let real = t.root.join("devices/pci0000:5d/0000:5d:00.0").join(pci);
+            fs::create_dir_all(&real).unwrap();
+            std::os::unix::fs::symlink(format!("../../../devices/pci0000:5d/0000:5d:00.0/{pci}"), t.dev(pci)).unwrap();
+        }
+        t.pf(pf, netdev, 2).unwrap();
+        t.pci_ids(pf, "15b3", "101d", 1).unwrap();
+        t.netdev_state(netdev, "up", 1).unwrap();
+        for (i, vf) in vfs.iter().enumerate() {
+            let n = first_rdma + i;
+            t.mlx5_vf(pf, i as u32, vf, &format!("{netdev}v{i}"), &format!("mlx5_{n}"), 1).unwrap();
+        }
+    }
+    [rails[0].2, rails[1].2]
+}
+
+/// Asks the plugin for `size` of `available` with `must` included, as the kubelet does before Allocate.
+async fn preferred(
+    dp: &mut DevicePluginClient<tonic::transport::Channel>,
+    available: &[&str],
+    must: &[&str],
+    size: i32,
+) -> Vec<String> {
+    let ids = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+    let req = api::PreferredAllocationRequest {
+        container_requests: vec![api::ContainerPreferredAllocationRequest {
+            available_device_i_ds: ids(available),
+            must_include_device_i_ds: ids(must),
+            allocation_size: size,
+        }],
+    };
+    dp.get_preferred_allocation(req).await.unwrap().into_inner().container_responses.remove(0).device_i_ds
+}
+
+#[tokio::test]
+async fn preferred_allocation_spreads_over_pfs_unless_the_resource_packs() {
+    let node = Node::new("rails");
+    let [e, f] = two_more_rails(&node);
+    let mut all = vec![VF0, VF1, e[0], e[1], f[0], f[1]];
+    all.sort();
+    for allocation in ["spread", "pack"] {
+        let mut kubelet = Kubelet::start(&node.kubelet_dir());
+        let cfg =
+            format!(r#"{{"resources":[{{"allocation":"{allocation}","selectors":{{"drivers":["mlx5_core"]}}}}]}}"#);
+        let plugin = node.start(&["--config", node.config(&cfg).to_str().unwrap()]);
+        let reg = kubelet.next_registration(Duration::from_secs(10)).await;
+        let mut dp = kubelet.dial(&reg).await;
+        let mut s = dp.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+        let healthy: Vec<(String, String)> = all.iter().map(|v| (v.to_string(), "Healthy".to_string())).collect();
+        assert_eq!(health(&next_list(&mut s, Duration::from_secs(5)).await), healthy);
+        if allocation == "pack" {
+            // Today's choice: on one PF.
+            assert_eq!(preferred(&mut dp, &all, &[], 2).await, vec![VF0, VF1]);
+            assert_eq!(preferred(&mut dp, &all, &[f[1]], 2).await, vec![f[1], f[0]]);
+            break;
+        }
+        // Three VFs over three PFs: one on each rail.
+        assert_eq!(preferred(&mut dp, &all, &[], 3).await, vec![VF0, e[0], f[0]], "one VF per PF");
+        // With a VF of 5f included, the next is on the PF under the same PCIe root (5e), not on 3b, which has
+        // the lower address.
+        assert_eq!(preferred(&mut dp, &all, &[f[1]], 2).await, vec![f[1], e[0]]);
+        // Four over three PFs: a second VF only once each PF has one, under the root of the others.
+        assert_eq!(preferred(&mut dp, &all, &[], 4).await, vec![VF0, e[0], f[0], e[1]]);
+        drop(plugin);
+        kubelet.stop_and_clean(true).await;
+    }
+}
+
 #[tokio::test]
 async fn a_bad_config_exits_non_zero_naming_the_key_and_advertises_nothing() {
     let node = Node::new("badconf");
@@ -682,5 +759,37 @@ fn our_format_takes_the_same_vf_ranges_and_refuses_a_malformed_one_naming_the_ke
         assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
         assert!(err.contains(key), "{bad}: {err}");
         assert!(out.stdout.is_empty(), "nothing advertised");
+    }
+}
+
+#[test]
+fn version_and_help_go_to_stdout_and_a_bad_command_line_to_stderr_with_exit_2() {
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_sriov-rdma-device-plugin")).args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("unknown".to_string(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let want = format!("sriov-rdma-device-plugin {} (commit {head})\n", env!("CARGO_PKG_VERSION"));
+    assert_eq!(run(&["--version"]), (Some(0), want, String::new()));
+    for help in ["--help", "-h"] {
+        let (code, out, err) = run(&[help]);
+        assert_eq!((code, err.as_str()), (Some(0), ""), "{help}");
+        assert!(out.starts_with("usage: sriov-rdma device-plugin"), "{help}: {out}");
+    }
+    for (args, says) in [(&["--bogus"][..], "unknown argument \"--bogus\""), (&["--config"], "--config needs a value")]
+    {
+        let (code, out, err) = run(args);
+        assert_eq!((code, out.as_str()), (Some(2), ""), "{args:?}: {err}");
+        assert!(err.starts_with(&format!("sriov-rdma device-plugin: {says}")) && err.contains("usage: "), "{err}");
     }
 }

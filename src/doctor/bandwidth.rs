@@ -4,6 +4,7 @@
 //! sysfs (`SRIOV_RDMA_SYSFS` honoured) for the PCIe link, speeds, NUMA and ECN; netlink for netdev MTUs; where
 //! installed, `ethtool` for the NIC's supported link modes and `ibv_devinfo` for a port's active MTU.
 
+use super::Finding;
 use crate::kernel::link::RouteSocket;
 use crate::kernel::sysfs::Sysfs;
 use crate::model::PciAddr;
@@ -255,7 +256,7 @@ pub struct PfRef<'a> {
 }
 
 /// The PCIe, speed, NUMA and ECN checks of one PF, with their warnings.
-pub fn pf_report(sysfs: &Sysfs, pf: &PfRef, cpus: Option<&[u32]>, warnings: &mut Vec<String>) -> PfBandwidth {
+pub fn pf_report(sysfs: &Sysfs, pf: &PfRef, cpus: Option<&[u32]>, warnings: &mut Vec<Finding>) -> PfBandwidth {
     let speed_mbps = fs::read_to_string(sysfs.root.join("class/net").join(pf.name).join("speed"))
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
@@ -266,17 +267,22 @@ pub fn pf_report(sysfs: &Sysfs, pf: &PfRef, cpus: Option<&[u32]>, warnings: &mut
         .and_then(|o| max_supported_speed(&o));
     if let (Some(s), Some(m)) = (speed_mbps, max_speed_mbps) {
         if s < m {
-            warnings.push(format!(
-                "PF {} negotiated {s} Mb/s, its NIC supports {m} Mb/s: check the cable/transceiver and the switch \
+            warnings.push(Finding::new(
+                "link-speed-below-max",
+                format!(
+                    "PF {} negotiated {s} Mb/s, its NIC supports {m} Mb/s: check the cable/transceiver and the switch \
                  port, then ethtool -s {} autoneg on",
-                pf.name, pf.name
+                    pf.name, pf.name
+                ),
             ));
         }
     }
     let pcie = pcie_of(sysfs, pf.pci);
     if let Some(p) = &pcie {
         if p.degraded {
-            warnings.push(format!(
+            warnings.push(Finding::new(
+                "pcie-link-degraded",
+                format!(
                 "PF {} ({}) PCIe link runs at {} GT/s x{} (gen{}, ~{:.0} Gbit/s), below its {} GT/s x{} (gen{}, ~{:.0} \
                  Gbit/s): RDMA bandwidth is capped; reseat the NIC in a full-width slot and check the BIOS slot \
                  settings (lspci -s {} -vv | grep -E 'LnkCap|LnkSta')",
@@ -291,17 +297,21 @@ pub fn pf_report(sysfs: &Sysfs, pf: &PfRef, cpus: Option<&[u32]>, warnings: &mut
                 pcie_generation(p.max_speed_gts),
                 p.max_gbits,
                 pf.pci
+            ),
             ));
         }
         if let Some(s) = speed_mbps {
             if p.current_gbits * 1000.0 < s as f64 {
-                warnings.push(format!(
+                warnings.push(Finding::new(
+                    "pcie-slower-than-network",
+                    format!(
                     "PF {}: its PCIe link (~{:.0} Gbit/s) carries less than its network link ({} Gbit/s): the slot \
                      caps bandwidth; move the NIC to a faster slot (lspci -s {} -vv | grep LnkSta)",
                     pf.name,
                     p.current_gbits,
                     s / 1000,
                     pf.pci
+                ),
                 ));
             }
         }
@@ -320,22 +330,28 @@ pub fn pf_report(sysfs: &Sysfs, pf: &PfRef, cpus: Option<&[u32]>, warnings: &mut
         let local = parse_cpu_list(list).unwrap_or_default();
         let remote: Vec<String> = want.iter().filter(|c| !local.contains(c)).map(|c| c.to_string()).collect();
         if !remote.is_empty() {
-            warnings.push(format!(
+            warnings.push(Finding::new(
+                "cpus-off-nic-numa",
+                format!(
                 "CPUs {} are not on NUMA node {node} of PF {}'s NIC (its CPUs: {list}): traffic crosses the socket \
                  interconnect; run the pod on CPUs {list} (kubelet --topology-manager-policy=single-numa-node)",
                 remote.join(","),
                 pf.name
+            ),
             ));
         }
     }
     let ecn = ecn_of(sysfs, pf.name);
     if let Some(e) = &ecn {
         if e.np_enabled.is_empty() || e.rp_enabled.is_empty() {
-            warnings.push(format!(
+            warnings.push(Finding::new(
+                "roce-ecn-off",
+                format!(
                 "PF {}: RoCE ECN is off (notification point on priorities {:?}, reaction point on {:?}): congestion \
                  then means drops or pauses; enable it on the RoCE priority, e.g. echo 1 > \
                  /sys/class/net/{}/ecn/roce_np/enable/3 and echo 1 > /sys/class/net/{}/ecn/roce_rp/enable/3",
                 pf.name, e.np_enabled, e.rp_enabled, pf.name, pf.name
+            ),
             ));
         }
     }
@@ -352,7 +368,7 @@ pub fn pf_report(sysfs: &Sysfs, pf: &PfRef, cpus: Option<&[u32]>, warnings: &mut
 }
 
 /// The MTU check of every Ethernet (RoCE) port whose netdev is in this namespace.
-pub fn port_mtus(sysfs: &Sysfs, warnings: &mut Vec<String>) -> Vec<PortMtu> {
+pub fn port_mtus(sysfs: &Sysfs, warnings: &mut Vec<Finding>) -> Vec<PortMtu> {
     let mut route = RouteSocket::new().ok();
     let mut out = Vec::new();
     for (dev, port) in super::link::rdma_ports(sysfs) {
@@ -366,12 +382,15 @@ pub fn port_mtus(sysfs: &Sysfs, warnings: &mut Vec<String>) -> Vec<PortMtu> {
             None => (roce_mtu_for(link.mtu), 4096, "derived from the netdev MTU"),
         };
         if active_mtu < max_mtu {
-            warnings.push(format!(
+            warnings.push(Finding::new(
+                "roce-mtu-below-max",
+                format!(
                 "RDMA device {dev} port {port} runs RoCE MTU {active_mtu} (it supports {max_mtu}) because its netdev \
                  {netdev} has MTU {}: RoCE needs the netdev MTU above the RoCE MTU; ip link set dev {netdev} mtu \
                  {} (or 9000; in a pod: the network's \"mtu\")",
                 link.mtu,
                 netdev_mtu_for(max_mtu).max(4200)
+            ),
             ));
         }
         out.push(PortMtu {

@@ -5,6 +5,7 @@
 //! Netdev counters come from the kernel over netlink (the namespace doctor runs in); RDMA port counters and
 //! states from sysfs, `SRIOV_RDMA_SYSFS` honoured.
 
+use super::Finding;
 use crate::kernel::link::RouteSocket;
 use crate::kernel::netlink::Kind;
 use crate::kernel::sysfs::Sysfs;
@@ -196,7 +197,7 @@ fn read_port_counters(sysfs: &Sysfs, dev: &str, port: u32) -> BTreeMap<String, u
 
 /// Reads everything, waits `interval` (unless zero), reads the counters again, and adds a warning (with what to
 /// run next) for every netdev or port whose error counters or carrier moved.
-pub fn report(sysfs: &Sysfs, netdevs: &[Watched], interval: Duration, warnings: &mut Vec<String>) -> LinkReport {
+pub fn report(sysfs: &Sysfs, netdevs: &[Watched], interval: Duration, warnings: &mut Vec<Finding>) -> LinkReport {
     let mut route = RouteSocket::new().ok();
     let read_all = |route: &mut Option<RouteSocket>| {
         let nd: Vec<Option<NetdevRead>> =
@@ -221,14 +222,17 @@ pub fn report(sysfs: &Sysfs, netdevs: &[Watched], interval: Duration, warnings: 
         };
         let mv = moved(&a.counters, &b.counters);
         if let Some(c) = mv.iter().find(|m| m.counter == "carrier_changes") {
-            warnings.push(format!(
-                "{} ({}) changed carrier {} times in {secs:.1}s: its link flaps; look at the cable, transceiver \
+            warnings.push(Finding::new(
+                "link-flapping",
+                format!(
+                    "{} ({}) changed carrier {} times in {secs:.1}s: its link flaps; look at the cable, transceiver \
                  and switch port: ethtool {} ; ip -s link show {}",
-                w.name,
-                w.role,
-                c.after.saturating_sub(c.before),
-                w.name,
-                w.name
+                    w.name,
+                    w.role,
+                    c.after.saturating_sub(c.before),
+                    w.name,
+                    w.name
+                ),
             ));
         }
         let errs: Vec<String> = mv
@@ -237,13 +241,16 @@ pub fn report(sysfs: &Sysfs, netdevs: &[Watched], interval: Duration, warnings: 
             .map(|m| format!("{} +{}", m.counter, m.after.saturating_sub(m.before)))
             .collect();
         if !errs.is_empty() {
-            warnings.push(format!(
-                "{} ({}) error counters moved in {secs:.1}s: {}; see ip -s -s link show {} and ethtool -S {}",
-                w.name,
-                w.role,
-                errs.join(", "),
-                w.name,
-                w.name
+            warnings.push(Finding::new(
+                "netdev-errors",
+                format!(
+                    "{} ({}) error counters moved in {secs:.1}s: {}; see ip -s -s link show {} and ethtool -S {}",
+                    w.name,
+                    w.role,
+                    errs.join(", "),
+                    w.name,
+                    w.name
+                ),
             ));
         }
         if b.up && b.carrier == Some(false) {
@@ -251,22 +258,25 @@ pub fn report(sysfs: &Sysfs, netdevs: &[Watched], interval: Duration, warnings: 
             let pf_down = pf
                 .and_then(|p| netdevs.iter().position(|x| x.name == p))
                 .is_some_and(|j| nd1.get(j).cloned().flatten().is_some_and(|r| !r.up || r.carrier == Some(false)));
-            warnings.push(match (pf, pf_down) {
-                (Some(pf), true) => format!(
+            warnings.push(Finding::new(
+                "vf-no-carrier",
+                match (pf, pf_down) {
+                    (Some(pf), true) => format!(
                     "{} ({}) is up without carrier because its PF {pf} has no link: a pod on it has no network and \
                      its RDMA port is down; ip link set {pf} up, then check the PF's cable (ethtool {pf})",
                     w.name, w.role
                 ),
-                (Some(pf), false) => format!(
+                    (Some(pf), false) => format!(
                     "{} ({}) is up without carrier while its PF {pf} has link: check the VF's link state on the PF \
                      (ip link show {pf}; ip link set {pf} vf N state auto) and the VF driver (dmesg)",
                     w.name, w.role
                 ),
-                _ => format!(
-                    "{} ({}) is up without carrier: no cable, or the switch port is down; ethtool {}",
-                    w.name, w.role, w.name
-                ),
-            });
+                    _ => format!(
+                        "{} ({}) is up without carrier: no cable, or the switch port is down; ethtool {}",
+                        w.name, w.role, w.name
+                    ),
+                },
+            ));
         }
         out_nd.push(NetdevLink {
             name: w.name.clone(),
@@ -287,10 +297,13 @@ pub fn report(sysfs: &Sysfs, netdevs: &[Watched], interval: Duration, warnings: 
             .map(|m| format!("{} +{}", m.counter, m.after.saturating_sub(m.before)))
             .collect();
         if !errs.is_empty() {
-            warnings.push(format!(
-                "RDMA device {dev} port {port}: error counters moved in {secs:.1}s: {}; watch them with \
+            warnings.push(Finding::new(
+                "rdma-port-errors",
+                format!(
+                    "RDMA device {dev} port {port}: error counters moved in {secs:.1}s: {}; watch them with \
                  rdma statistic show link {dev}/{port} (InfiniBand: ibcheckerrors / perfquery)",
-                errs.join(", ")
+                    errs.join(", ")
+                ),
             ));
         }
         let phys_state = sysfs.ib_port_attr(dev, *port, "phys_state").map(state_word);

@@ -24,8 +24,33 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::fs;
 
+/// The version of `--json`'s shape; a change that breaks a reader of the old one raises it.
+pub const SCHEMA: u32 = 1;
+
+/// A warning or a blocker: `code` a stable short string for machines (docs/doctor.md lists them), `message` the
+/// sentence with its fix, for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Finding {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Finding {
+        Finding { code, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Report {
+    /// [`SCHEMA`].
+    pub schema: u32,
     /// The namespace the RDMA part was read from (`host`, or the `--netns` path).
     pub view: String,
     pub pfs: Vec<PfReport>,
@@ -38,8 +63,8 @@ pub struct Report {
     pub bandwidth: Option<bandwidth::BandwidthReport>,
     /// Why does a pod get no VF? (host view)
     pub resource: Option<resource::ResourceReport>,
-    pub warnings: Vec<String>,
-    pub blockers: Vec<String>,
+    pub warnings: Vec<Finding>,
+    pub blockers: Vec<Finding>,
 }
 
 /// What a doctor run is asked for, beyond the readiness report.
@@ -216,27 +241,41 @@ pub fn report(opts: &Options) -> Report {
     let records: Vec<Attachment> = match paths.store_read_only().and_then(|s| s.all()) {
         Ok(r) => r,
         Err(e) => {
-            blockers.push(format!("{e}: ADD cannot record attachments (check /var/lib/cni permissions)"));
+            blockers.push(Finding::new(
+                "state-dir-unusable",
+                format!("{e}: ADD cannot record attachments (check /var/lib/cni permissions)"),
+            ));
             Vec::new()
         }
     };
     match crate::policy::Policy::load(&paths.policy) {
-        Ok(None) => warnings.push(format!(
-            "no node policy at {}: any NetworkAttachmentDefinition may use any VF of this node, on any VLAN \
+        Ok(None) => warnings.push(Finding::new(
+            "no-node-policy",
+            format!(
+                "no node policy at {}: any NetworkAttachmentDefinition may use any VF of this node, on any VLAN \
              (docs/security.md)",
-            paths.policy.display()
+                paths.policy.display()
+            ),
         )),
         Ok(Some(_)) => {}
-        Err(e) => blockers.push(format!("{e}: every ADD is refused until it is fixed")),
+        Err(e) => {
+            blockers.push(Finding::new("node-policy-invalid", format!("{e}: every ADD is refused until it is fixed")))
+        }
     }
     let pfs = if netns.is_none() { pf_reports(&sysfs, &records, &mut warnings) } else { Vec::new() };
     if netns.is_none() {
         if pfs.is_empty() {
-            blockers.push("no SR-IOV PF found (no netdev with device/sriov_totalvfs): nothing to attach".into());
+            blockers.push(Finding::new(
+                "no-sriov-pf",
+                "no SR-IOV PF found (no netdev with device/sriov_totalvfs): nothing to attach",
+            ));
         } else if pfs.iter().all(|p| p.numvfs == 0) {
-            blockers.push(format!(
-                "no VFs enabled: echo N > /sys/class/net/{}/device/sriov_numvfs (N ≤ {})",
-                pfs[0].name, pfs[0].totalvfs
+            blockers.push(Finding::new(
+                "no-vfs-enabled",
+                format!(
+                    "no VFs enabled: echo N > /sys/class/net/{}/device/sriov_numvfs (N ≤ {})",
+                    pfs[0].name, pfs[0].totalvfs
+                ),
             ));
         }
         let mut host = Host::open_read_only(&paths).ok();
@@ -249,29 +288,38 @@ pub fn report(opts: &Options) -> Report {
                         format!("{n} step{} begun, the last: {}", if n == 1 { "" } else { "s" }, s.describe())
                     }
                 };
-                warnings.push(format!(
-                    "VF {} has the record of an interrupted ADD ({}/{}; {begun}): the runtime's DEL or GC will \
+                warnings.push(Finding::new(
+                    "interrupted-add",
+                    format!(
+                        "VF {} has the record of an interrupted ADD ({}/{}; {begun}): the runtime's DEL or GC will \
                      undo it",
-                    a.pci, a.container_id, a.ifname
+                        a.pci, a.container_id, a.ifname
+                    ),
                 ));
             }
             match host.as_mut().map(|h| whereabouts(h, a)) {
-                Some(Ok(Whereabouts::Orphan)) => warnings.push(format!(
+                Some(Ok(Whereabouts::Orphan)) => warnings.push(Finding::new(
+                    "orphan-vf",
+                    format!(
                     "VF {} is recorded for {}/{} but is back on the host: an orphan; `sriov-rdma gc` reclaims it (so \
                      does the next ADD that wants it)",
                     a.pci, a.container_id, a.ifname
+                ),
                 )),
-                Some(Ok(Whereabouts::Held)) => warnings.push(format!(
+                Some(Ok(Whereabouts::Held)) => warnings.push(Finding::new(
+                    "netns-held",
+                    format!(
                     "VF {} is recorded for {}/{}, whose namespace path {} is gone, but the VF has not come back: a \
                      process still holds the namespace (find it: `lsns -t net`); it is reclaimed once it is back",
                     a.pci, a.container_id, a.ifname, a.netns
+                ),
                 )),
                 _ => {}
             }
         }
         if let Ok(store) = paths.store_read_only() {
             for bad in store.unreadable() {
-                warnings.push(bad.to_string());
+                warnings.push(Finding::new("record-unreadable", bad.to_string()));
             }
         }
     }
@@ -281,7 +329,7 @@ pub fn report(opts: &Options) -> Report {
         Some(p) => match Netns::open(p) {
             Ok(ns) => rdma_report(&sysfs, Some(&ns), &mut warnings),
             Err(e) => {
-                blockers.push(format!("opening --netns {p}: {e}"));
+                blockers.push(Finding::new("netns-unopenable", format!("opening --netns {p}: {e}")));
                 RdmaReport { available: false, netns_mode: None, devices: Vec::new() }
             }
         },
@@ -323,7 +371,7 @@ pub fn report(opts: &Options) -> Report {
         };
         resource = Some(resource::report(&paths, &records, &node_vfs, &ropts, &mut warnings, &mut blockers));
     }
-    Report { view, pfs, rdma, nccl, link, bandwidth, resource, warnings, blockers }
+    Report { schema: SCHEMA, view, pfs, rdma, nccl, link, bandwidth, resource, warnings, blockers }
 }
 
 /// (VF index, netdev) of each VF of a PF that has a netdev in the host namespace.
@@ -355,7 +403,7 @@ fn bandwidth_test(peer: &str, want: Option<&str>, nccl: &[NcclSettings], sysfs: 
 }
 
 /// The node's SR-IOV PFs with a netdev here, by name, from the node inventory; each VF's row from its PF's VF table.
-fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>) -> Vec<PfReport> {
+fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<Finding>) -> Vec<PfReport> {
     let mut pfs: Vec<(String, inventory::Pf)> =
         Inventory::scan(sysfs).pfs.into_iter().filter_map(|p| Some((p.netdev.clone()?, p))).collect();
     pfs.sort_by(|a, b| a.0.cmp(&b.0));
@@ -377,9 +425,9 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
             let state = vf_setting::state_from_table(&table, index);
             if let Some(st) = &state {
                 if st.spoofchk == Some(false) && attached.is_some() {
-                    warnings.push(format!(
+                    warnings.push(Finding::new("spoofchk-off", format!(
                         "VF {index} of {name} is attached with spoofchk off: a pod can send with any MAC; set \"spoofchk\": \"on\""
-                    ));
+                    )));
                 }
             }
             vfs.push(VfReport {
@@ -394,7 +442,10 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
             });
         }
         if pf.operstate.as_deref() == Some("down") {
-            warnings.push(format!("PF {name} is down: its VFs have no link; ip link set {name} up"));
+            warnings.push(Finding::new(
+                "pf-down",
+                format!("PF {name} is down: its VFs have no link; ip link set {name} up"),
+            ));
         }
         out.push(PfReport {
             name,
@@ -409,29 +460,31 @@ fn pf_reports(sysfs: &Sysfs, records: &[Attachment], warnings: &mut Vec<String>)
     out
 }
 
-fn rdma_report(sysfs: &Sysfs, ns: Option<&Netns>, warnings: &mut Vec<String>) -> RdmaReport {
+fn rdma_report(sysfs: &Sysfs, ns: Option<&Netns>, warnings: &mut Vec<Finding>) -> RdmaReport {
     let mut sock = match rdma::open(ns) {
         Ok(Some(s)) => s,
         Ok(None) => {
-            warnings
-                .push("no RDMA subsystem (ib_core not loaded): pods get netdevs only; rdma \"isolated\" fails".into());
+            warnings.push(Finding::new(
+                "no-rdma-subsystem",
+                "no RDMA subsystem (ib_core not loaded): pods get netdevs only; rdma \"isolated\" fails",
+            ));
             return RdmaReport { available: false, netns_mode: None, devices: Vec::new() };
         }
         Err(e) => {
-            warnings.push(format!("RDMA netlink: {e}"));
+            warnings.push(Finding::new("rdma-netlink-error", format!("RDMA netlink: {e}")));
             return RdmaReport { available: false, netns_mode: None, devices: Vec::new() };
         }
     };
     let mode = sock.netns_mode().ok();
     match mode {
-        Some(NetnsMode::Shared) => warnings.push(
+        Some(NetnsMode::Shared) => warnings.push(Finding::new(
+            "rdma-netns-shared",
             "RDMA netns mode is shared: every pod sees every RDMA device; rdma \"auto\" leaves devices in place and \
              \"isolated\" fails. To isolate: rdma system set netns exclusive (while no other netns exists) or \
-             options ib_core netns_mode=0"
-                .into(),
-        ),
+             options ib_core netns_mode=0",
+        )),
         Some(NetnsMode::Exclusive) => {}
-        None => warnings.push("could not read the RDMA netns mode".into()),
+        None => warnings.push(Finding::new("rdma-netns-mode-unknown", "could not read the RDMA netns mode")),
     }
     let devs: Vec<(RdmaDevice, Vec<RdmaPort>)> = sock
         .devices()
@@ -461,11 +514,14 @@ fn rdma_report(sysfs: &Sysfs, ns: Option<&Netns>, warnings: &mut Vec<String>) ->
         for (i, p) in ports.iter().enumerate() {
             let (link_layer, gids) = port_sysfs.get(i).cloned().unwrap_or_default();
             if p.state != Some(4) {
-                warnings.push(format!(
-                    "RDMA device {} port {} is {}: check the cable/link of its netdev",
-                    d.name,
-                    p.port,
-                    port_state(p.state)
+                warnings.push(Finding::new(
+                    "rdma-port-not-active",
+                    format!(
+                        "RDMA device {} port {} is {}: check the cable/link of its netdev",
+                        d.name,
+                        p.port,
+                        port_state(p.state)
+                    ),
                 ));
             }
             reports.push(PortReport {
@@ -663,6 +719,10 @@ pub fn parse_args(args: &[String]) -> Result<(bool, Options), String> {
 /// `sriov-rdma doctor …`; returns the exit status: 0, 1 when something blocks a pod (or the bandwidth test
 /// asked for could not run), 2 for bad arguments.
 pub fn main(args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return 0;
+    }
     let (json, opts) = match parse_args(args) {
         Ok(p) => p,
         Err(e) => {

@@ -4,6 +4,7 @@
 //! What this node's device plugin advertises (healthy and unhealthy VFs, and why) is the device plugin's to say:
 //! [`Advertised`] is where it plugs in. Until one is given, the report shows what the kubelet recorded.
 
+use super::Finding;
 use crate::cni::config::NetConf;
 use crate::cni::error::CniError;
 use crate::flow::attachment::Attachment;
@@ -431,21 +432,29 @@ pub fn report(
     records: &[Attachment],
     node_vfs: &[PciAddr],
     opts: &Options,
-    warnings: &mut Vec<String>,
-    blockers: &mut Vec<String>,
+    warnings: &mut Vec<Finding>,
+    blockers: &mut Vec<Finding>,
 ) -> ResourceReport {
     let kubelet = kubelet_view(&opts.kubelet_dir, node_vfs);
     let dir = &kubelet.dir;
     if kubelet.present {
         if !kubelet.kubelet_socket {
-            warnings.push(format!(
-                "{dir} has no kubelet.sock: the kubelet is not running, so no device plugin can register; \
+            warnings.push(Finding::new(
+                "kubelet-not-running",
+                format!(
+                    "{dir} has no kubelet.sock: the kubelet is not running, so no device plugin can register; \
                  systemctl status kubelet (journalctl -u kubelet)"
+                ),
             ));
         } else if let Some(e) = &kubelet.checkpoint_error {
-            warnings.push(format!("{e}: the kubelet has recorded no device plugin yet; journalctl -u kubelet"));
+            warnings.push(Finding::new(
+                "kubelet-no-checkpoint",
+                format!("{e}: the kubelet has recorded no device plugin yet; journalctl -u kubelet"),
+            ));
         } else if !node_vfs.is_empty() && kubelet.vfs_registered.is_empty() {
-            blockers.push(format!(
+            blockers.push(Finding::new(
+                "no-vf-registered",
+                format!(
                 "no resource the kubelet registered lists a VF of this node ({} registered: {}): a pod asking for the \
                  RDMA resource stays Pending; check the device plugin's pod and log and its selectors \
                  (kubectl -n kube-system logs -l app.kubernetes.io/name=sriov-rdma; deploy/sriov-rdma.yaml)",
@@ -455,24 +464,31 @@ pub fn report(
                 } else {
                     kubelet.registered.keys().cloned().collect::<Vec<_>>().join(", ")
                 }
+            ),
             ));
         }
     }
     let advertised = opts.advertised.and_then(|a| match a.resources() {
         Ok(r) => Some(r),
         Err(e) => {
-            warnings.push(format!("asking the device plugin what it advertises: {e}"));
+            warnings.push(Finding::new(
+                "device-plugin-unreadable",
+                format!("asking the device plugin what it advertises: {e}"),
+            ));
             None
         }
     });
     for r in advertised.iter().flatten() {
-        warnings.extend(r.warning.clone());
+        warnings.extend(r.warning.iter().map(|w| Finding::new("resource-matches-no-vf", w.clone())));
         for d in r.devices.iter().filter(|d| !d.healthy) {
-            warnings.push(format!(
-                "{} device {} is advertised unhealthy: {}",
-                r.name,
-                d.id,
-                d.why.as_deref().unwrap_or("no reason given")
+            warnings.push(Finding::new(
+                "vf-advertised-unhealthy",
+                format!(
+                    "{} device {} is advertised unhealthy: {}",
+                    r.name,
+                    d.id,
+                    d.why.as_deref().unwrap_or("no reason given")
+                ),
             ));
         }
     }
@@ -482,7 +498,10 @@ pub fn report(
     };
     for c in &configs {
         if let Some(e) = &c.error {
-            blockers.push(format!("{} {}: ADD would fail (code {}): {e}", c.file, c.at, c.code.unwrap_or(0)));
+            blockers.push(Finding::new(
+                "add-would-fail",
+                format!("{} {}: ADD would fail (code {}): {e}", c.file, c.at, c.code.unwrap_or(0)),
+            ));
         }
     }
     let socket = crate::kubelet::pod_resources_socket(&opts.kubelet_dir);

@@ -219,13 +219,18 @@ fn render(rows: &[Row]) -> String {
 
 /// `gc [--dry-run] [--json]`: exit status 0 when no orphan is left, 1 when one is (or on an error).
 pub fn main(args: &[String]) -> i32 {
+    const USAGE: &str = "usage: sriov-rdma gc [--dry-run] [--json]";
     let (mut dry_run, mut json) = (false, false);
     for a in args {
         match a.as_str() {
             "--dry-run" => dry_run = true,
             "--json" => json = true,
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return 0;
+            }
             other => {
-                eprintln!("sriov-rdma gc: unknown argument {other:?}\nusage: sriov-rdma gc [--dry-run] [--json]");
+                eprintln!("sriov-rdma gc: unknown argument {other:?}\n{USAGE}");
                 return 2;
             }
         }
