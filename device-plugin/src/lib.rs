@@ -16,6 +16,8 @@ pub mod podresources_api {
 
 pub mod config;
 pub mod devices;
+pub mod metrics;
 pub mod numvfs;
 pub mod podresources;
+pub mod reload;
 pub mod server;
