@@ -372,20 +372,27 @@ pub fn install(o: &Options, exe: &Path) -> Result<(), Error> {
         put_file(&o.conf_dir, &name, &raw, "config")?;
     }
     if let Some(src) = &o.policy {
-        let raw = match fs::read(src) {
-            // The DaemonSet mounts the policy's ConfigMap as optional: without it the node's own stays as it is.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                say(format_args!("no node policy at {}: the node's policy, if any, left as it is", src.display()));
-                return Ok(());
-            }
-            r => ctx(r, || format!("reading the node policy {}", src.display()))?,
-        };
-        // Checked as the plugin will read it: a malformed policy would refuse every ADD on the node.
-        crate::policy::Policy::parse(src, &raw).map_err(|e| Error(e.msg))?;
-        is_dir(&o.policy_dir, "the node policy dir")?;
-        put_file(&o.policy_dir, crate::policy::FILE_NAME, &raw, "policy")?;
+        install_policy(src, &o.policy_dir)?;
     }
     Ok(())
+}
+
+/// Installs the node policy `src` into `dir` as policy.json once the plugin's own parser takes it; a `src` that
+/// does not exist installs nothing (`Ok(false)`). Also run by the device plugin when the file changes.
+pub fn install_policy(src: &Path, dir: &Path) -> Result<bool, Error> {
+    let raw = match fs::read(src) {
+        // The DaemonSet mounts the policy's ConfigMap as optional: without it the node's own stays as it is.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            say(format_args!("no node policy at {}: the node's policy, if any, left as it is", src.display()));
+            return Ok(false);
+        }
+        r => ctx(r, || format!("reading the node policy {}", src.display()))?,
+    };
+    // Checked as the plugin will read it: a malformed policy would refuse every ADD on the node.
+    crate::policy::Policy::parse(src, &raw).map_err(|e| Error(e.msg))?;
+    is_dir(dir, "the node policy dir")?;
+    put_file(dir, crate::policy::FILE_NAME, &raw, "policy")?;
+    Ok(true)
 }
 
 /// Installs a file readable by all (mode 0644) and says what happened.

@@ -123,6 +123,18 @@ impl std::fmt::Display for Unhealthy {
     }
 }
 
+impl Unhealthy {
+    /// A short stable name of the problem, for a metric's label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Unhealthy::Gone => "gone",
+            Unhealthy::NoDriver => "no_driver",
+            Unhealthy::PfLinkDown { .. } => "pf_link_down",
+            Unhealthy::RdmaPortNotActive { .. } => "rdma_port_not_active",
+        }
+    }
+}
+
 /// The `operstate` words of a link that carries nothing.
 const LINK_DOWN: [&str; 3] = ["down", "lowerlayerdown", "notpresent"];
 

@@ -254,6 +254,17 @@ fn the_deploy_manifests_are_valid_and_fit_together() {
     assert!(!init_cmd.iter().any(|a| a == "--sleep"), "an init container must exit: {init_cmd:?}");
     let dp_cmd = cmd(dp);
     assert_eq!(&dp_cmd[..2], ["/sriov-rdma", "device-plugin"], "{dp_cmd:?}");
+    // The probes ask the daemon's own metrics address; the daemon follows the policy the init container installs.
+    let flag = |c: &[String], f: &str| c.iter().position(|a| a == f).and_then(|i| c.get(i + 1).cloned());
+    let metrics = flag(&dp_cmd, "--metrics-addr").expect("--metrics-addr");
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &dp[probe]["httpGet"];
+        assert_eq!(format!("{}:{}", get["host"].as_str().unwrap(), get["port"]), metrics, "{probe}");
+        assert_eq!(get["path"], path, "{probe}");
+    }
+    assert_eq!(flag(&dp_cmd, "--policy"), flag(&init_cmd, "--policy"));
+    let dp_mounts: Vec<&Value> = dp["volumeMounts"].as_array().unwrap().iter().map(|m| &m["mountPath"]).collect();
+    assert!(dp_mounts.contains(&&Value::from("/host/etc/sriov-rdma")), "{dp_mounts:?}");
     // The node policy: from the ConfigMap deploy/ ships (optional), into the host's /etc/sriov-rdma.
     let src = init_cmd.iter().position(|a| a == "--policy").map(|i| init_cmd[i + 1].clone()).expect("--policy FILE");
     let mount_of = |path: &str| {

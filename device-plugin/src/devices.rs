@@ -4,6 +4,7 @@
 use crate::api;
 use crate::config::{Resource, Selectors};
 use serde::Serialize;
+use sriov_rdma_cni::flow::attachment::Attachment;
 use sriov_rdma_cni::inventory::{Inventory, Pf, RdmaBinding, Unhealthy, VfInfo};
 use sriov_rdma_cni::model::PciAddr;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -88,6 +89,14 @@ pub struct Held {
 
 /// The VFs with an attachment record (their netdev and RDMA device are in a pod), and what each record says.
 pub fn attached(state_dir: &Path) -> BTreeMap<PciAddr, Held> {
+    records(state_dir)
+        .into_iter()
+        .map(|(pci, rec)| (pci, Held { rdma: rec.is_some_and(|r| r.rdma.is_some()) }))
+        .collect()
+}
+
+/// The CNI's attachment records by VF; `None` for one that cannot be read.
+pub fn records(state_dir: &Path) -> BTreeMap<PciAddr, Option<Attachment>> {
     let Ok(rd) = std::fs::read_dir(state_dir) else { return BTreeMap::new() };
     rd.filter_map(|e| {
         let e = e.ok()?;
@@ -99,7 +108,7 @@ pub fn attached(state_dir: &Path) -> BTreeMap<PciAddr, Held> {
             .filter(std::fs::FileType::is_file)
             .and_then(|_| std::fs::read(e.path()).ok())
             .and_then(|b| sriov_rdma_cni::flow::record::decode(&b).ok());
-        Some((pci, Held { rdma: rec.is_some_and(|r| r.rdma.is_some()) }))
+        Some((pci, rec))
     })
     .collect()
 }
@@ -115,6 +124,9 @@ pub struct Offered {
     pub driver: Option<String>,
     pub rdma_devices: Vec<String>,
     pub problems: Vec<String>,
+    /// A short name for each problem ([`Unhealthy::code`], `offered_elsewhere`, `not_selected`), for metrics.
+    #[serde(skip)]
+    pub reasons: Vec<&'static str>,
     /// The resource's selectors take the VF now (it is this resource's, not only listed because it was before).
     #[serde(skip)]
     pub selected: bool,
@@ -154,11 +166,16 @@ pub fn offer(
         if attached.contains_key(&vf.pci) {
             problems.retain(|p| !matches!(p, Unhealthy::RdmaPortNotActive { .. }));
         }
+        let mut reasons: Vec<&'static str> = problems.iter().map(Unhealthy::code).collect();
         let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
         match owner {
-            Some(other) => problems.push(format!("it is offered by {other}, listed before this resource")),
+            Some(other) => {
+                problems.push(format!("it is offered by {other}, listed before this resource"));
+                reasons.push("offered_elsewhere");
+            }
             None if !selected => {
-                problems.push("it no longer matches the resource's selectors (driver or RDMA device changed)".into())
+                problems.push("it no longer matches the resource's selectors (driver or RDMA device changed)".into());
+                reasons.push("not_selected");
             }
             None => {}
         }
@@ -172,6 +189,7 @@ pub fn offer(
                 driver: vf.driver.clone(),
                 rdma_devices: vf.rdma.iter().map(|d| d.name.clone()).collect(),
                 problems,
+                reasons,
                 id,
                 selected,
             },
@@ -189,6 +207,7 @@ pub fn offer(
                 driver: None,
                 rdma_devices: Vec::new(),
                 problems: vec![Unhealthy::Gone.to_string()],
+                reasons: vec![Unhealthy::Gone.code()],
                 selected: false,
             },
         );

@@ -17,6 +17,8 @@ pub mod podresources_api {
 pub mod alloc;
 pub mod config;
 pub mod devices;
+pub mod metrics;
 pub mod numvfs;
 pub mod podresources;
+pub mod reload;
 pub mod server;

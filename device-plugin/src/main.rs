@@ -11,6 +11,7 @@ use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
 use sriov_rdma_device_plugin::podresources;
 use sriov_rdma_device_plugin::server::{self, Timing};
+use sriov_rdma_device_plugin::{metrics, reload};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,9 @@ const USAGE: &str = concat!(
     "SRIOV_RDMA_STATE_DIR): /var/lib/kubelet/device-plugins, /sys, /dev, /var/run/k8s.cni.cncf.io/devinfo/dp,\n",
     "/var/lib/cni/sriov-rdma. --pod-resources prints which pod and container holds which device, as JSON, from\n",
     "the kubelet's pod-resources API (--socket, default <kubelet dir>/../pod-resources/kubelet.sock).\n",
+    "--metrics-addr ADDR (or SRIOV_RDMA_METRICS_ADDR, e.g. 127.0.0.1:9411): serve /metrics, /healthz, /readyz; off\n",
+    "by default. The config file is re-read when it changes; --policy FILE [--policy-dir DIR, default\n",
+    "/host/etc/sriov-rdma]: install this node policy now and whenever it changes.\n",
     "See docs/device-plugin.md.\n",
 );
 
@@ -42,6 +46,9 @@ struct Args {
     socket: Option<PathBuf>,
     paths: Paths,
     poll: Duration,
+    metrics_addr: Option<std::net::SocketAddr>,
+    policy: Option<PathBuf>,
+    policy_dir: PathBuf,
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
@@ -70,7 +77,14 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             state_dir: env_path("SRIOV_RDMA_STATE_DIR", "/var/lib/cni/sriov-rdma"),
         },
         poll: Duration::from_secs(2),
+        metrics_addr: None,
+        policy: None,
+        policy_dir: PathBuf::from(sriov_rdma_cni::install::HOST_POLICY_DIR),
     };
+    let addr = |v: &str| v.parse().map_err(|e| format!("metrics address {v:?}: {e}"));
+    if let Some(v) = std::env::var("SRIOV_RDMA_METRICS_ADDR").ok().filter(|v| !v.is_empty()) {
+        a.metrics_addr = Some(addr(&v).map_err(|e| format!("SRIOV_RDMA_METRICS_ADDR: {e}"))?);
+    }
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
@@ -87,6 +101,9 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--dev-root" => a.paths.dev_root = value()?.into(),
             "--devinfo-dir" => a.paths.devinfo_dir = value()?.into(),
             "--state-dir" => a.paths.state_dir = value()?.into(),
+            "--metrics-addr" => a.metrics_addr = Some(addr(&value()?).map_err(|e| format!("--metrics-addr: {e}"))?),
+            "--policy" => a.policy = Some(value()?.into()),
+            "--policy-dir" => a.policy_dir = value()?.into(),
             "--poll-ms" => {
                 let v = value()?;
                 let ms: u64 = v
@@ -168,7 +185,8 @@ fn main() {
         }
     };
     let timing = Timing { poll: args.poll, ..Timing::default() };
-    std::process::exit(rt.block_on(run(config, args.paths, timing)));
+    let sources = reload::Sources { config: args.config, policy: args.policy.map(|p| (p, args.policy_dir)) };
+    std::process::exit(rt.block_on(run(config, args.paths, timing, sources, args.metrics_addr)));
 }
 
 /// `--pod-resources`: the kubelet's List answer as JSON on stdout; exit 1 with the reason when it cannot be had.
@@ -224,18 +242,38 @@ fn dry_run(config: &Config, paths: &Paths, sysfs: &Sysfs, outcomes: &[numvfs::Ou
     }
 }
 
-async fn run(config: Config, paths: Paths, timing: Timing) -> i32 {
+async fn run(
+    config: Config,
+    paths: Paths,
+    timing: Timing,
+    sources: reload::Sources,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> i32 {
+    if let Some(addr) = metrics_addr {
+        match metrics::bind(addr).await {
+            Ok(l) => {
+                info!("metrics on http://{addr}/metrics, probes /healthz and /readyz");
+                tokio::spawn(metrics::serve(l));
+            }
+            Err(e) => {
+                error!("{e}");
+                return EXIT_CONFIG;
+            }
+        }
+    }
     let paths = Arc::new(paths);
     let (mut watcher, lists) = server::Watcher::new(config.resources.clone(), paths.clone());
     // The first ListAndWatch answer is the node as it is, not an empty list.
     watcher.refresh().await;
+    metrics::get().set_resources(config.resources.iter().map(|r| r.name.as_str()));
     for (res, rx) in config.resources.iter().zip(lists) {
         if let Some(w) = devices::unmatched(res, &rx.borrow()) {
             warn!("{w}");
         }
         tokio::spawn(server::serve(res.clone(), paths.clone(), rx, timing));
     }
-    tokio::spawn(watcher.run(timing.poll));
+    let current: reload::Current = Arc::new(std::sync::Mutex::new(config.resources.clone()));
+    tokio::spawn(reload::run(watcher, config.clone(), sources, paths.clone(), timing, current.clone()));
     let names: Vec<&str> = config.resources.iter().map(|r| r.name.as_str()).collect();
     info!("device plugin for {} started (kubelet dir {})", names.join(", "), paths.kubelet_dir.display());
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -249,7 +287,7 @@ async fn run(config: Config, paths: Paths, timing: Timing) -> i32 {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
-    for res in &config.resources {
+    for res in current.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         let _ = std::fs::remove_file(paths.kubelet_dir.join(res.socket_name()));
     }
     info!("stopped; sockets removed");

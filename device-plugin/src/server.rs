@@ -138,6 +138,7 @@ impl DevicePlugin for Plugin {
         .map_err(|e| Status::internal(format!("allocating: {e}")))?;
         match out {
             Ok(container_responses) => {
+                crate::metrics::get().allocate(&self.res.name, true);
                 for c in &container_responses {
                     info!(
                         "{}: allocated {}",
@@ -148,6 +149,7 @@ impl DevicePlugin for Plugin {
                 Ok(Response::new(api::AllocateResponse { container_responses }))
             }
             Err(e) => {
+                crate::metrics::get().allocate(&self.res.name, false);
                 error!("{}: Allocate refused: {e}", self.res.name);
                 Err(Status::invalid_argument(format!("{}: {e}", self.res.name)))
             }
@@ -218,6 +220,9 @@ impl Watcher {
                         let why =
                             if o.problems.is_empty() { String::new() } else { format!(": {}", o.problems.join("; ")) };
                         info!("{}: {} is {}{why}", res.name, o.id, o.health);
+                        if before.is_some() {
+                            crate::metrics::get().transition(&res.name, o.health, o.reasons.first().copied());
+                        }
                     }
                 }
                 *cur = list.clone();
@@ -226,12 +231,29 @@ impl Watcher {
         }
     }
 
-    /// Refreshes every `every`, for as long as the daemon runs.
-    pub async fn run(mut self, every: Duration) {
-        loop {
-            tokio::time::sleep(every).await;
-            self.refresh().await;
+    /// Takes a new list of resources (a reloaded config): one kept by name keeps its channel and what it offered
+    /// (its serve loop and the kubelet's ListAndWatch stream go on and get the new list at the next refresh); a
+    /// removed one's channel closes, which stops its serve loop. Returns the added ones' channels, to serve.
+    pub fn reconfigure(&mut self, resources: Vec<Resource>) -> Vec<(Resource, watch::Receiver<Vec<Offered>>)> {
+        let mut old: HashMap<String, (watch::Sender<Vec<Offered>>, BTreeSet<String>)> =
+            self.resources.drain(..).map(|r| r.name).zip(self.senders.drain(..).zip(self.seen.drain(..))).collect();
+        let mut added = Vec::new();
+        for r in &resources {
+            let (tx, seen) = old.remove(&r.name).unwrap_or_else(|| {
+                let (tx, rx) = watch::channel(Vec::new());
+                added.push((r.clone(), rx));
+                (tx, BTreeSet::new())
+            });
+            self.senders.push(tx);
+            self.seen.push(seen);
         }
+        self.resources = resources;
+        added
+    }
+
+    /// Each resource's name and its list as last sent.
+    pub fn lists(&self) -> Vec<(String, Vec<Offered>)> {
+        self.resources.iter().zip(&self.senders).map(|(r, tx)| (r.name.clone(), tx.borrow().clone())).collect()
     }
 }
 
@@ -245,12 +267,19 @@ fn identity(p: &Path) -> Option<FileId> {
 }
 
 /// Serves one resource for as long as the daemon runs: bind the socket, register, and start over whenever the
-/// socket vanishes (the kubelet restarted and cleaned its directory).
+/// socket vanishes (the kubelet restarted and cleaned its directory). Ends, removing its socket, when the
+/// resource's channel closes (a reloaded config no longer has it).
 pub async fn serve(res: Resource, paths: Arc<Paths>, devices: watch::Receiver<Vec<Offered>>, timing: Timing) {
     let sock = paths.kubelet_dir.join(res.socket_name());
     let mut failures_in_a_row = 0u32;
     loop {
-        match serve_once(&res, &paths, &sock, devices.clone(), timing).await {
+        let result = serve_once(&res, &paths, &sock, devices.clone(), timing).await;
+        crate::metrics::get().registered(&res.name, false);
+        if devices.has_changed().is_err() {
+            let _ = std::fs::remove_file(&sock);
+            return info!("{}: no longer configured: {} removed", res.name, sock.display());
+        }
+        match result {
             Ok(()) => {
                 failures_in_a_row = 0;
                 info!(
@@ -284,6 +313,7 @@ async fn serve_once(
         .map_err(|e| format!("creating {}: {e}", paths.kubelet_dir.display()))?;
     let listener = tokio::net::UnixListener::bind(sock).map_err(|e| format!("listening on {}: {e}", sock.display()))?;
     let mine = identity(sock);
+    let devices_open = devices.clone();
     let plugin = Plugin { res: res.clone(), paths: paths.clone(), devices };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(
@@ -301,7 +331,8 @@ async fn serve_once(
     // kubelet left this plugin's socket in place.
     let mut registered: Option<Option<FileId>> = None;
     let mut last_warning = None;
-    while !gone() {
+    // A closed channel: the resource was removed from the config.
+    while !gone() && devices_open.has_changed().is_ok() {
         if registered.is_some_and(|id| id != identity(&kubelet)) {
             info!("{}: {} was replaced (the kubelet restarted): registering again", res.name, kubelet.display());
             registered = None;
@@ -317,6 +348,7 @@ async fn serve_once(
                         sock.display()
                     );
                     registered = Some(before);
+                    crate::metrics::get().registered(&res.name, true);
                     attempt = 0;
                 }
                 Err(e) => {
