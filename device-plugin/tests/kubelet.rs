@@ -7,7 +7,9 @@ mod common;
 
 use common::*;
 use sriov_rdma_device_plugin::api;
+use sriov_rdma_device_plugin::api::device_plugin_client::DevicePluginClient;
 use std::fs;
+use std::process::Command;
 use std::time::Duration;
 
 #[tokio::test]
