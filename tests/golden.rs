@@ -10,8 +10,9 @@ mod require;
 use common::*;
 use serde_json::Value;
 
-/// Puts the VF into the state that release's ADD left (moved into the pod as net1, MTU 4000, an address, up),
-/// writes the sample record pointed at this bed, runs today's DEL and checks the host got everything back.
+/// Puts the VF into the state that release's ADD left (moved into the pod as net1, MTU 4000, an address, up, a
+/// MAC other than its host one), writes the sample record pointed at this bed, runs today's DEL and checks the
+/// host got everything back.
 fn del_finishes(tag: &str, sample: &str) {
     let mut bed = Bed::new(tag, 1);
     let ns = bed.netns();
@@ -29,7 +30,10 @@ fn del_finishes(tag: &str, sample: &str) {
     assert_eq!(rec["netdev"]["mtu"], 1500);
     assert_eq!(rec["mtu"], 4000);
     must(&["ip", "link", "set", &vf, "netns", &ns, "name", "net1"]);
-    must(&["ip", "-n", &ns, "link", "set", "net1", "mtu", "4000", "up"]);
+    // A MAC of the pod's own (a pod may change it, or an earlier release's ADD set one): DEL gives back the host's.
+    let pod_mac = if before.1 == "02:00:5e:10:00:01" { "02:00:5e:10:00:02" } else { "02:00:5e:10:00:01" };
+    must(&["ip", "-n", &ns, "link", "set", "net1", "address", pod_mac, "mtu", "4000", "up"]);
+    assert_eq!(identity(Some(&ns), "net1").map(|i| i.1).as_deref(), Some(pod_mac));
     must(&["ip", "-n", &ns, "addr", "add", "10.77.0.9/24", "dev", "net1"]);
     std::fs::create_dir_all(&bed.state).unwrap();
     std::fs::write(bed.state.join(format!("{pci}.json")), serde_json::to_vec_pretty(&rec).unwrap()).unwrap();

@@ -263,6 +263,23 @@ impl Drop for Cleanup {
     }
 }
 
+/// The image `make image` builds, from the same Containerfile and context, offline (FROM scratch), tagged `image`.
+fn build_image(pod: &Podman, image: &str) {
+    let out = pod
+        .cmd()
+        .current_dir(ROOT)
+        .args(["build", "-q", "-f", "Containerfile", "--build-arg"])
+        .arg(format!("VERSION={}", env!("CARGO_PKG_VERSION")))
+        .args(["-t", image, "."])
+        .output()
+        .expect("running podman build");
+    assert!(out.status.success(), "podman build: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `podman run` as the DaemonSet's securityContext says: read-only root, no capabilities, no privilege escalation.
+const RUN_AS_THE_DAEMONSET: [&str; 8] =
+    ["run", "--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"];
+
 /// The installer's command, as the DaemonSet's init container gives it.
 fn daemonset_command() -> Vec<String> {
     let text = fs::read_to_string(Path::new(ROOT).join("deploy/sriov-rdma.yaml")).unwrap();
@@ -312,20 +329,9 @@ fn the_image_installs_the_binary_and_replaces_a_running_one() {
     };
     let image = guard.image.clone();
 
-    // The image `make image` builds, from the same Containerfile and context, offline (FROM scratch).
-    let out = pod
-        .cmd()
-        .current_dir(ROOT)
-        .args(["build", "-q", "-f", "Containerfile", "--build-arg"])
-        .arg(format!("VERSION={}", env!("CARGO_PKG_VERSION")))
-        .args(["-t", &image, "."])
-        .output()
-        .expect("running podman build");
-    assert!(out.status.success(), "podman build: {}", String::from_utf8_lossy(&out.stderr));
-
-    // Run as the DaemonSet's securityContext says: read-only root, no capabilities, no privilege escalation.
+    build_image(&pod, &image);
     let mount = format!("{}:/host/opt/cni/bin", host_bin.display());
-    let base = ["run", "--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"];
+    let base = RUN_AS_THE_DAEMONSET;
     let install = |what: &str| {
         let out =
             pod.cmd().args(base).args(["--rm", "--user", "0", "-v", &mount, &image]).output().expect("podman run");
@@ -427,4 +433,63 @@ fn the_image_installs_the_binary_and_replaces_a_running_one() {
     assert_eq!(fs::read_to_string(host_policy.join("policy.json")).unwrap(), policy, "the ConfigMap's policy");
     assert_eq!(fs::metadata(host_policy.join("policy.json")).unwrap().permissions().mode() & 0o7777, 0o644);
     assert!(fs::read(&target).unwrap() == want);
+}
+
+/// `install --sleep` as a container's main process, PID 1, which the kernel spares every signal it has no handler
+/// for: `podman stop` sends SIGTERM and must end it with status 0, not wait out its grace time and SIGKILL it.
+#[test]
+fn the_sleeping_installer_stops_on_podman_stop_with_status_0() {
+    if !runnable("sleeping_installer", &[("root", is_root()), ("podman and runc", Podman::available())]) {
+        return;
+    }
+    release_bin();
+    let dir = std::env::temp_dir().join(format!("sriov-rdma-it-sleep-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let host_bin = dir.join("opt-cni-bin");
+    fs::create_dir_all(&host_bin).unwrap();
+    let pod = Podman::new(&dir, &[], &dir.join("net.d"));
+    let guard = Cleanup {
+        dir: dir.clone(),
+        pod: pod.clone(),
+        image: format!("localhost/sriov-rdma-it:sleep-{}", std::process::id()),
+        container: format!("sriov-rdma-it-sleep-{}", std::process::id()),
+        children: Vec::new(),
+    };
+    build_image(&pod, &guard.image);
+    let mount = format!("{}:/host/opt/cni/bin", host_bin.display());
+    let out = pod
+        .cmd()
+        .args(RUN_AS_THE_DAEMONSET)
+        .args(["-d", "--name", &guard.container, "--user", "0", "-v", &mount, &guard.image])
+        .args(["--cni-bin-dir", "/host/opt/cni/bin", "--sleep"])
+        .output()
+        .expect("podman run -d");
+    assert!(out.status.success(), "podman run: {}", String::from_utf8_lossy(&out.stderr));
+    let logs = || {
+        let o = pod.run(&["logs", &guard.container]);
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    };
+    let up = Instant::now() + Duration::from_secs(20);
+    while !logs().contains("staying up until SIGTERM") {
+        assert!(Instant::now() < up, "the installer did not come up within 20 s: {}", logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid1 = pod.run(&["inspect", "--format", "{{.State.Pid}}", &guard.container]);
+    let pid1 = String::from_utf8_lossy(&pid1.stdout).trim().to_string();
+    let ns_pid = fs::read_to_string(format!("/proc/{pid1}/status")).unwrap_or_default();
+    assert!(
+        ns_pid.lines().any(|l| l.starts_with("NSpid:") && l.ends_with("\t1")),
+        "it is the container's PID 1: {ns_pid}"
+    );
+
+    let grace = 10;
+    let asked = Instant::now();
+    let out = pod.run(&["stop", "-t", &grace.to_string(), &guard.container]);
+    let took = asked.elapsed();
+    assert!(out.status.success(), "podman stop: {}", String::from_utf8_lossy(&out.stderr));
+    let code = pod.run(&["inspect", "--format", "{{.State.ExitCode}}", &guard.container]);
+    let code = String::from_utf8_lossy(&code.stdout).trim().to_string();
+    assert_eq!(code, "0", "exit status after podman stop (137: SIGKILLed after the grace time); logs: {}", logs());
+    assert!(took < Duration::from_secs(grace / 2), "SIGTERM ended it, not the grace time: {took:?}");
+    assert!(logs().contains("SIGTERM: exiting"), "{}", logs());
 }

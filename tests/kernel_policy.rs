@@ -1,7 +1,7 @@
 //! The kernel checks IFLA_VFINFO_LIST attribute lengths against its policy before asking the driver: a
 //! veth then answers EOPNOTSUPP, a wrong layout ERANGE or EINVAL. So every VF setting we encode is sent
 //! to a real veth here (every example of every setting in src/vf_setting.rs), and must come back EOPNOTSUPP (root
-//! only).
+//! only). RDMA netlink must say "no RDMA" on a kernel without it, and list devices on one with it.
 
 mod common;
 use common::*;
@@ -31,13 +31,18 @@ fn every_vf_setting_has_a_layout_the_kernel_accepts() {
 }
 
 #[test]
-fn a_kernel_without_rdma_is_reported_not_crashed() {
-    // This machine's kernel has no ib_core: the socket answers EPROTONOSUPPORT, which means "no RDMA here".
-    if std::path::Path::new("/sys/class/infiniband").exists() {
-        eprintln!("skipped: this kernel has an RDMA subsystem");
-        return;
+fn rdma_netlink_is_no_rdma_without_ib_core_and_answers_with_it() {
+    // Without ib_core (this machine's kernel) the socket answers EPROTONOSUPPORT, which means "no RDMA here"; with
+    // it (/sys/class/infiniband is its class) a socket opens and lists the devices. Either way it is checked.
+    let has_rdma = std::path::Path::new("/sys/class/infiniband").exists();
+    match sriov_rdma_cni::kernel::rdma::open(None) {
+        Ok(None) => assert!(!has_rdma, "/sys/class/infiniband exists, but RDMA netlink was reported absent"),
+        Ok(Some(mut sock)) => {
+            assert!(has_rdma, "an RDMA netlink socket opened on a kernel without /sys/class/infiniband");
+            sock.devices().expect("listing RDMA devices over RDMA netlink");
+        }
+        Err(e) => panic!("opening RDMA netlink: {e}"),
     }
-    assert!(sriov_rdma_cni::kernel::rdma::open(None).unwrap().is_none());
 }
 
 #[test]

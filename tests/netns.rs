@@ -334,9 +334,14 @@ fn pf_name_allocates_the_lowest_free_vf() {
     let want: Vec<Option<String>> = bed.vfs.iter().map(|(p, _)| Some(p.clone())).collect();
     // pciID appears in 1.1.0 only: read the VF from the records instead.
     assert_eq!(got, vec![None, None, None]);
-    let mut recs: Vec<String> = bed.records().iter().map(|r| r["pci"].as_str().unwrap().to_string()).collect();
-    recs.sort();
-    assert_eq!(recs.into_iter().map(Some).collect::<Vec<_>>(), want);
+    // The i-th ADD got the i-th VF: lowest first, not merely three distinct ones.
+    let recs = bed.records();
+    let vf_of =
+        |c: &str| recs.iter().find(|r| r["container_id"] == c).and_then(|r| r["pci"].as_str()).map(str::to_string);
+    assert_eq!((0..3).map(|i| vf_of(&format!("c{i}"))).collect::<Vec<_>>(), want);
+    for ns in &nss[..3] {
+        assert!(link(Some(ns), "net1").is_some(), "{ns} has its VF");
+    }
     let r = bed.run("ADD", "c3", &nss[3], "net1", &conf);
     assert!(!r.ok);
     assert!(r.msg().contains("no free VF"), "{}", r.msg());

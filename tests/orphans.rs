@@ -92,9 +92,18 @@ fn add_by_pf_name_reclaims_an_orphaned_vf() {
     let ns2 = bed.netns();
     let r = bed.run("ADD", "c2", &ns2, "net1", &conf);
     r.ok();
-    assert!(r.stderr.contains("reclaiming"), "{}", r.stderr);
+    // What the kernel and the store show: the VF is in the new pod, the orphan's record is gone, and the new record
+    // holds the VF as the reclaim left it on the host (its own name and MTU, not the pod's).
+    assert!(link(Some(&ns2), "net1").is_some(), "the new pod has the VF: {}", r.stderr);
+    assert!(link(None, "opf1").is_none(), "the VF is no longer on the host under its pod name");
+    let recs = bed.records();
+    assert_eq!(recs.len(), 1, "one record, the new pod's: {recs:?}");
+    assert_eq!((recs[0]["container_id"].as_str(), recs[0]["pci"].as_str()), (Some("c2"), Some(pci.as_str())));
+    assert_eq!(recs[0]["netdev"]["name"], vf.as_str(), "the reclaim gave the VF its host name back first");
+    assert_eq!(recs[0]["netdev"]["mtu"], before.2, "and its MTU");
     bed.run("DEL", "c2", &ns2, "net1", &conf).ok();
     assert_eq!(identity(None, &vf), Some(before));
+    assert!(bed.records().is_empty());
 }
 
 #[test]

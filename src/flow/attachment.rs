@@ -184,8 +184,8 @@ mod tests {
                 Step::IbGuid { node: 7, port: 7 },
             ]
         );
-        // Undone newest first: the admin MAC before trust, so the VF may still change its own MAC.
-        let undo: Vec<_> = plan.iter().rev().collect();
+        // Undone as the journal's loop takes them: the admin MAC before trust, so the VF may still change its own MAC.
+        let undo: Vec<_> = crate::flow::journal::undo_order(&plan, true).into_iter().map(|i| &plan[i]).collect();
         let mac_at = undo.iter().position(|s| matches!(s, Step::AdminMac(_))).unwrap();
         let trust_at = undo.iter().position(|s| matches!(s, Step::PfSetting(VfSetting::Trust(_)))).unwrap();
         assert!(mac_at < trust_at);

@@ -358,21 +358,22 @@ pub fn unwind<'a>(
         netdev: HostNetdev { name: rec.netdev.as_ref().map(|n| n.name.clone()), waited: false, missing_said: false },
         failures: Failures::default(),
     };
-    if alongside {
-        for (i, s) in rec.journal.iter().enumerate().filter(|(_, s)| **s == Step::Ipam) {
-            s.undo(&mut u, &rec.journal[..i]);
-        }
-    }
-    for (i, s) in rec.journal.iter().enumerate().rev() {
-        if alongside && *s == Step::Ipam {
-            continue;
-        }
-        s.undo(&mut u, &rec.journal[..i]);
+    for i in undo_order(&rec.journal, alongside) {
+        rec.journal[i].undo(&mut u, &rec.journal[..i]);
     }
     if let Some(p) = u.ipam.take() {
         u.ipam_done(p.wait());
     }
     Undone { failures: u.failures, host_netdev: u.netdev.name }
+}
+
+/// The order [`unwind`] undoes `journal` in, as indexes: newest step first; with `ipam_alongside`, IPAM's DEL is
+/// started before all of them (and waited for after).
+pub(crate) fn undo_order(journal: &[Step], ipam_alongside: bool) -> Vec<usize> {
+    let alongside = |s: &Step| ipam_alongside && *s == Step::Ipam;
+    let first = journal.iter().enumerate().filter(|(_, s)| alongside(s)).map(|(i, _)| i);
+    let rest = journal.iter().enumerate().rev().filter(|(_, s)| !alongside(s)).map(|(i, _)| i);
+    first.chain(rest).collect()
 }
 
 impl Unwind<'_> {
@@ -509,5 +510,65 @@ impl Unwind<'_> {
         self.pf.row = None;
         // A rebind during ADD (igb) brought the netdev back with the driver's defaults.
         self.restore_host(true, Duration::ZERO);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::vf::fake::RecordingPf;
+    use crate::model::{LinkState, VlanProto};
+    use crate::vf_setting::{SpoofChk, Trust, TxRate, VfLinkState, Vlan};
+
+    #[test]
+    fn the_undo_loop_takes_the_journal_newest_first() {
+        // Every kind of step, as ADD writes them: PF settings (admin MAC after the plain ones, GUID last), the RDMA
+        // device, the netdev, IPAM, the device-info file.
+        let j = crate::flow::record::sample().journal;
+        let n = j.len();
+        assert_eq!(undo_order(&j, false), (0..n).rev().collect::<Vec<_>>(), "newest first, every step once");
+        // IPAM's DEL (a separate process) starts first when it may run alongside; the rest newest first.
+        let ipam = j.iter().position(|s| *s == Step::Ipam).unwrap();
+        let mut want = vec![ipam];
+        want.extend((0..n).rev().filter(|i| *i != ipam));
+        assert_eq!(undo_order(&j, true), want);
+        // The netdev comes back before the RDMA device, the admin MAC is lifted before trust is restored.
+        let order: Vec<&Step> = undo_order(&j, false).into_iter().map(|i| &j[i]).collect();
+        let at = |f: &dyn Fn(&Step) -> bool| order.iter().position(|s| f(s)).unwrap();
+        assert!(at(&|s| *s == Step::NetdevIn) < at(&|s| matches!(s, Step::RdmaIn(_))));
+        assert!(at(&|s| matches!(s, Step::AdminMac(_))) < at(&|s| matches!(s, Step::PfSetting(VfSetting::Trust(_)))));
+        assert_eq!(undo_order(&[], true), Vec::<usize>::new());
+    }
+
+    /// A rollback through the loop: what the PF is sent, in order, when the journal's PF settings are undone as
+    /// `unwind` takes them (a PF setting's `Step::undo` is one `vf::restore` against the row read once).
+    #[test]
+    fn a_rollback_sends_the_pf_its_originals_newest_first() {
+        let rec = crate::flow::record::sample();
+        let orig = rec.vf_original.clone().unwrap();
+        let mut ctl = RecordingPf { state: orig.clone(), ..Default::default() };
+        let pf = Pf { name: rec.pf.clone(), index: 4 };
+        for s in rec.pf_settings() {
+            ctl.apply(&pf, rec.vf_index, &s).unwrap();
+        }
+        let applied = ctl.log.len();
+        let now = ctl.vf_state(&pf, rec.vf_index).unwrap();
+        for i in undo_order(&rec.journal, true) {
+            if let Some(s) = rec.journal[i].pf_setting() {
+                vf::restore(&mut ctl, &pf, rec.vf_index, &s, &orig, now.as_ref()).unwrap();
+            }
+        }
+        assert_eq!(ctl.state, orig, "the PF's row is as before ADD");
+        let guid = orig.node_guid.unwrap();
+        let want: [VfSetting; 7] = [
+            IbGuid { node: guid, port: guid }.into(),
+            AdminMac { mac: Mac([0; 6]) }.into(),
+            TxRate { min: 0, max: 0 }.into(),
+            VfLinkState { state: LinkState::Auto }.into(),
+            Trust { on: false }.into(),
+            SpoofChk { on: false }.into(),
+            Vlan { vlan: 0, qos: 0, proto: VlanProto::Dot1Q }.into(),
+        ];
+        assert_eq!(ctl.log[applied..], want, "newest first: the GUID, the admin MAC before trust, the VLAN last");
     }
 }

@@ -88,6 +88,8 @@ pub mod fake {
 mod tests {
     use super::fake::RecordingPf;
     use super::*;
+    use crate::flow::attachment::Step;
+    use crate::flow::journal::undo_order;
     use crate::model::{LinkState, Mac, VlanProto};
     use crate::vf_setting::{planned, AdminMac, IbGuid, Trust, TxRate, VfLinkState, VfSettings, Vlan};
     use netlink_packet_route::link::VfInfo;
@@ -132,11 +134,14 @@ mod tests {
         plan.iter().take_while(|s| ctl.apply(&pf(), 1, s).is_ok()).count()
     }
 
-    /// Restores `plan` newest first, each against the row as the PF shows it before the first restore.
+    /// Restores `plan` (the settings as ADD applied them, in order) as DEL does: each a step of the journal, taken
+    /// in the order the journal's undo loop takes them, against the row as the PF shows it before the first restore.
     fn restore_plan(ctl: &mut RecordingPf, plan: &[VfSetting], orig: &VfState) {
+        let journal: Vec<Step> = plan.iter().cloned().map(Step::of_setting).collect();
         let now = ctl.vf_state(&pf(), 1).unwrap();
-        for s in plan.iter().rev() {
-            restore(ctl, &pf(), 1, s, orig, now.as_ref()).unwrap();
+        for i in undo_order(&journal, true) {
+            let s = journal[i].pf_setting().expect("a PF setting's step");
+            restore(ctl, &pf(), 1, &s, orig, now.as_ref()).unwrap();
         }
     }
 
