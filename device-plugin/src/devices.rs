@@ -5,7 +5,7 @@ use crate::api;
 use crate::config::{Resource, Selectors};
 use serde::Serialize;
 use sriov_rdma_cni::flow::attachment::Attachment;
-use sriov_rdma_cni::inventory::{Inventory, Pf, RdmaBinding, Unhealthy, VfInfo};
+use sriov_rdma_cni::inventory::{Inventory, Pf, Unhealthy, VfInfo};
 use sriov_rdma_cni::model::PciAddr;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -314,16 +314,10 @@ pub fn allocate(
             );
         } else {
             let mut rdma = BTreeMap::new();
+            // A device bound to the VF's netdev (Soft-RoCE) lives as long as the netdev stays on the node: its
+            // character devices are given as any other's, and ADD refuses to move that netdev into a pod of a VF
+            // the kubelet manages (src/flow/admit.rs, netdev_bound_rdma).
             for dev in &vf.rdma {
-                if dev.binding == RdmaBinding::Netdev {
-                    // Its character devices would name a device that is gone by the time the container starts.
-                    return Err(what(format!(
-                        "RDMA device {} is bound to the VF's netdev (Soft-RoCE), and ADD's move of the netdev into \
-                         the pod destroys it: its character devices cannot be given to a container; offer VFs with \
-                         their own RDMA device (selectors.drivers) or remove {} (rdma link delete)",
-                        dev.name, dev.name
-                    )));
-                }
                 let ib = dev.ports.iter().any(|p| p.link_layer.as_deref().is_some_and(|l| l == "InfiniBand"));
                 for c in &dev.char_devs {
                     let verbs = c.starts_with("uverbs");
@@ -523,7 +517,9 @@ mod tests {
     }
 
     #[test]
-    fn a_soft_roce_device_on_the_vf_netdev_is_refused_naming_why() {
+    fn a_soft_roce_device_on_the_vf_netdev_is_given_as_any_other() {
+        // It lives while the netdev stays on the node (a pod that takes the resource without a network
+        // attachment); ADD refuses to move such a VF's netdev into a pod (src/flow/admit.rs).
         let (root, t) = node("rxe", ("0000:3b:00.0", "ens1f0", 1, 1));
         t.vf("0000:3b:00.0", 0, "0000:3b:00.2", Some("ens1f0v0"), "igbvf").unwrap();
         t.rdma_on_netdev("rxe0", "ens1f0v0").unwrap();
@@ -534,9 +530,9 @@ mod tests {
         let inv = Inventory::scan(&Sysfs::at(paths.sysfs.clone()));
         assert_eq!(inv.vf(&PciAddr::parse("0000:3b:00.2").unwrap()).unwrap().1.rdma[0].name, "rxe0");
         let res = Resource::new("rdma/hca", Selectors::default());
-        let e = allocate(&res, &inv, &["0000:3b:00.2".to_string()], &paths).unwrap_err();
-        assert!(e.contains("0000:3b:00.2") && e.contains("rxe0") && e.contains("Soft-RoCE"), "{e}");
-        assert!(!paths.devinfo_dir.exists(), "nothing written for a refused allocation");
+        let r = allocate(&res, &inv, &["0000:3b:00.2".to_string()], &paths).unwrap();
+        let got: Vec<&str> = r.devices.iter().map(|d| d.container_path.as_str()).collect();
+        assert_eq!(got, ["/dev/infiniband/uverbs7"]);
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -66,6 +66,12 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
         }
     };
     let (rdma, move_rdma, rdma_sock) = prepare_rdma(&mut host, conf, &vf, netdev.as_ref().map(|l| l.index))?;
+    // A device not under the VF's PCI device is bound to its netdev, and dies with the netdev's move.
+    if let Some(r) = rdma.as_ref().filter(|_| netdev.is_some()) {
+        if !host.sysfs.rdma_devices_of(&vf.pci).contains(&r.device.name) {
+            kubelet.netdev_bound_rdma(&vf.pci, &r.device.name)?;
+        }
+    }
     let rec = Attachment {
         network: conf.name.clone(),
         container_id: env.container_id.clone(),

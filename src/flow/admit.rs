@@ -119,6 +119,17 @@ impl KubeletClaims {
         )))
     }
 
+    /// Refused (code 7) before anything changes: a VF the kubelet manages whose RDMA device `dev` is bound to its
+    /// netdev (Soft-RoCE). Its device plugin gave the pod's containers that device's character devices, and moving
+    /// the netdev into the pod destroys the device: they would hold a device that is gone (or, once the number is
+    /// reused, another's). Such a VF is for pods that take the resource without a network attachment.
+    pub fn netdev_bound_rdma(&self, pci: &PciAddr, dev: &str) -> CniResult<()> {
+        let Some(resource) = self.checkpoint.as_ref().and_then(|cp| cp.resource_of(pci)) else { return Ok(()) };
+        Err(CniError::config(format!(
+            "VF {pci}: its RDMA device {dev} is bound to the VF's netdev (Soft-RoCE), and moving the netdev into the              pod destroys it; the kubelet manages this VF as resource {resource}, whose device plugin gave the pod's              containers {dev}'s character devices: take this resource without a network attachment (its netdev              stays on the node), or attach VFs with their own RDMA function; nothing changed"
+        )))
+    }
+
     /// `pfName`: the resource of a VF ADD must pass over, one the kubelet manages and did not allocate to this pod.
     pub fn withheld(&self, pci: &PciAddr) -> Option<String> {
         self.checkpoint.as_ref()?.withheld(pci, self.pod_uid.as_deref()).map(str::to_string)
