@@ -67,7 +67,8 @@ case "$R" in
 esac
 R=$(cni ADD c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'","rdma":"auto"}')
 E=$(cat /tmp/err)
-# The kernel's view: net1 in the pod, no RDMA device in the pod's (exclusive) view, no rdma-in step in the record.
+# The kernel's view: net1 in the pod, no RDMA device in the pod's (exclusive) view. (The journal keeps the rdma-in
+# step written before the move was tried; 6.12 destroys rxe2 as its netdev leaves, so the host has none either.)
 HOSTR=$(rdma_dev); PODR=$(rdma_dev pod10); ST=$(steps "$P2")
 echo "VMLOG 10a auto: rdma dev on the host: $HOSTR; in pod10: $PODR; journal: $ST"
 case "$E" in
@@ -77,7 +78,6 @@ case "$E" in
     ip -n pod10 link show net1 >/dev/null 2>&1 || why="$why no-net1-in-pod"
     [ -z "$PODR" ] || why="$why pod-sees:$PODR"
     case " $ST " in *" netdev-in "*) ;; *) why="$why journal:$ST" ;; esac
-    case " $ST " in *" rdma-in "*) why="$why journal-has-rdma-in" ;; esac
     [ -z "$why" ] && pass "rdma-exclusive-auto-falls-back(net1 in the pod, its rdma dev empty; host: ${HOSTR:-none})" \
       || fail rdma-exclusive-auto-falls-back "$why" ;;
   *) fail rdma-exclusive-auto-falls-back "$R $E" ;;
@@ -586,11 +586,12 @@ for d in 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.5; do
   CNI_COMMAND=ADD CNI_CONTAINERID=ck$t CNI_NETNS=/var/run/netns/pk CNI_IFNAME=net1 $PLUGIN </tmp/ck.json >/dev/null 2>/tmp/ckerr &
   pid=$!
   sleep $d
-  kill -9 $pid 2>/dev/null && killed=$((killed + 1))
+  hit=0; kill -9 $pid 2>/dev/null && { killed=$((killed + 1)); hit=1; }
   wait $pid 2>/dev/null
   at="$(steps "$P6" | awk '{ print $NF }')"
-  # A kill counts only if it left a record whose journal reached a PF setting or the move into the pod.
-  case "$at" in admin-mac|vlan|spoofchk|trust|link-state|tx-rate|ib-guid|netdev-in) landed=$((landed + 1)) ;; esac
+  # A kill counts only if it stopped a running ADD and left a record whose journal reached a PF setting or the
+  # move into the pod (an ADD that had finished, or a kill before anything happened, proves nothing).
+  [ $hit = 1 ] && case "$at" in admin-mac|vlan|spoofchk|trust|link-state|tx-rate|ib-guid|netdev-in) landed=$((landed + 1)) ;; esac
   n=0; until cni DEL ck$t /var/run/netns/pk net1 "$CK"; do n=$((n + 1)); [ $n -ge 3 ] && break; done
   [ $n -ge 3 ] && { okk=0; echo "VMLOG kill $t: DEL failed: $(cat /tmp/err | tr '\n' ' ')"; }
   ip netns del pk
@@ -598,7 +599,7 @@ for d in 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.5; do
   [ "$ROW6" = "$(vfline 6)" ] || why="$why PF-row: $(vfline 6)"
   [ "$N6" = "$(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5; cat /sys/class/net/$V6/address 2>&1)" ] || why="$why netdev: $(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5)"
   [ -e /var/lib/cni/sriov-rdma/$P6.json ] && why="$why record-left"
-  echo "VMLOG kill $t after ${d}s: journal at ${at:-nothing}${why:+; FAILED:$why}"
+  echo "VMLOG kill $t after ${d}s: $([ $hit = 1 ] && echo killed || echo "ADD had ended"), journal at ${at:-nothing}${why:+; FAILED:$why}"
   [ -z "$why" ] || okk=0
 done
 [ $okk = 1 ] && [ $landed -gt 0 ] && pass "sigkill-mid-add-then-del-restores-a-real-vf($landed of 8 killed at a PF setting or the move, $killed killed)" \
