@@ -162,15 +162,39 @@ qpid=$!; pids+=($qpid)
 tail -n +1 -f --pid=$qpid "$console" | sed -u 's/\r$//' | grep -a --line-buffered -E '^(NODE|VMLOG|RESULT setup)' &
 pids+=($!)
 
-PASS=0; FAIL=0
-pass() { PASS=$((PASS + 1)); echo "k8s-e2e: $1 PASS"; }
-fail() { FAIL=$((FAIL + 1)); echo "k8s-e2e: $1 FAIL: $2"; }
+PASS=0; FAIL=0; NAMES=""; FAILED=""
+pass() { PASS=$((PASS + 1)); NAMES="$NAMES${1%%(*}"$'\n'; echo "k8s-e2e: $1 PASS"; }
+fail() { FAIL=$((FAIL + 1)); NAMES="$NAMES${1%%(*}"$'\n'; FAILED="$FAILED${1%%(*}"$'\n'; echo "k8s-e2e: $1 FAIL: $2"; }
+# The scenario names a full run prints (a result's name up to its first "("), in order. finish() compares them
+# with the names printed: one missing (a scenario file that ended early, a branch that skipped it) or not on the
+# list is a failure.
+expected() {
+  printf '%s\n' node-ready installer device-plugin-registered doctor-no-vf-registered device-plugin-resources \
+    doctor-vfs-registered pods-running device-plugin-allocation-to-multus pf-rows doctor-kubelet-holders ping \
+    ping-jumbo rdma-rping rdma-write-bw delete-restores device-plugin-rdma-chardevs device-plugin-vfio \
+    runtime-restarts device-plugin-re-registered runtime-restarts-then-delete force-delete crictl-stopp-rmp \
+    crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate bad-not-a-vf bad-steal bad-then-gone
+}
 finish() {
   keep_logs
+  local missing extra
+  missing=$(comm -23 <(expected | sort) <(printf '%s' "$NAMES" | sort) | tr '\n' ' ')
+  extra=$(comm -13 <(expected | sort) <(printf '%s' "$NAMES" | sort) | tr '\n' ' ')
+  [ -z "$missing" ] || { FAIL=$((FAIL + $(echo $missing | wc -w))); echo "k8s-e2e: FAIL these scenarios printed no result: $missing"; }
+  # A name off the list that passed means the list is out of date (a FAIL is counted already).
+  for n in $extra; do
+    printf '%s' "$NAMES" | grep -qx "$n" && ! printf '%s' "$FAILED" | grep -qx "$n" && { FAIL=$((FAIL + 1)); echo "k8s-e2e: FAIL $n is not on the list of scenarios (tests/k8s/e2e.sh expected)"; }
+  done
   echo "k8s-e2e: logs of this run in $cache/k8s-logs (console.log, the control plane's, the node's)"
   echo "k8s-e2e: $PASS passed, $FAIL failed"
   [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]
   exit
+}
+# include FILE: sources a scenario file of this directory; one that is missing or does not parse is a FAIL named
+# after it, not a `.` that returns 1 (its scenarios are then also missing from the run).
+include() {
+  local e
+  if e=$(bash -n "$here/$1" 2>&1); then . "$here/$1"; else fail "include-${1%.sh}" "$here/$1: $e"; fi
 }
 
 # --- node-ready: the kubelet registers and the node becomes Ready (containerd's CNI config loaded) ---
@@ -277,10 +301,19 @@ for _ in $(seq 1 60); do
 done
 if [ "$got" = "$want" ]; then pass "device-plugin-resources(node allocatable: $got)"
 else fail device-plugin-resources "want $want, node allocatable: $got; $(k -n kube-system logs ds/sriov-rdma 2>&1 | tail -5 | tr '\n' ' ')"; fi
-out=$(onnode '/opt/cni/bin/sriov-rdma doctor' 2>&1)
-if echo "$out" | grep -q 'no resource the kubelet registered lists a VF'; then
-  fail doctor-vfs-registered "doctor still says no VF is registered: $(echo "$out" | grep -m1 'no resource')"
-else pass "doctor-vfs-registered(the blocker is gone: '$(echo "$out" | grep -m1 -o 'registered sriov-rdma/pf1: [^,]*')')"; fi
+# doctor must run, exit 0 (nothing blocks ADD now) and count the node's VFs in each resource as the kubelet has them.
+out=$(onnode '/opt/cni/bin/sriov-rdma doctor' 2>&1); rc=$?
+why=""
+[ "$rc" = 0 ] || why="$why exit $rc;"
+echo "$out" | grep -q 'no resource the kubelet registered lists a VF' && why="$why blocker still there;"
+for r in pf1:4 pf2:2 rxe:2 vfio:1; do
+  echo "$out" | grep -q "registered sriov-rdma/${r%:*}: ${r#*:} devices, ${r#*:} of them VFs of this node" \
+    || why="$why no 'registered sriov-rdma/${r%:*}: ${r#*:} devices, ${r#*:} of them VFs of this node';"
+done
+if [ -z "$why" ]; then pass "doctor-vfs-registered(exit 0: '$(echo "$out" | grep -m1 -o 'registered sriov-rdma/pf1: .*')')"
+else fail doctor-vfs-registered "$why $(echo "$out" | grep -E 'registered|^  *-|blocker|Blocker' | head -8 | tr '\n' ' ')"; fi
 
-. "$here/scenarios.sh"
+# The scenario files must parse before the first of them runs (a syntax error found half-way ends the rest).
+for f in scenarios.sh rdma.sh devices.sh; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
+include scenarios.sh
 finish

@@ -172,7 +172,7 @@ if up "$t" rdma-a rdma-b; then
   else fail ping "$(echo "$out" | tail -2 | tr '\n' ' ')"; fi
   if out=$(inpod rdma-a "ping -c 2 -w 10 -s 8000 $B" 2>&1); then pass "ping-jumbo(8000-byte payload at MTU 9000)"
   else fail ping-jumbo "$(echo "$out" | tail -2 | tr '\n' ' ')"; fi
-  . "$here/rdma.sh"
+  include rdma.sh
 else
   fail pods-running "rdma-a/rdma-b not Ready with net1 carrier: $(k get pods -o wide 2>&1 | tail -2 | tr '\n' ' ') $(k describe pod rdma-a | grep -A8 Events | tail -6 | tr '\n' ' ')"
 fi
@@ -192,7 +192,7 @@ if gone rdma-a rdma-b; then
 else fail delete-restores "pods still there after 120 s: $(k get pods 2>&1 | tr '\n' ' ')"; fi
 
 # --- what the device plugin hands a container by itself: RDMA character devices, vfio ---
-. "$here/devices.sh"
+include devices.sh
 
 # Helpers of the scenarios below.
 two_up() { # applies rdma-a and rdma-b and waits for both with net1 carrier
@@ -327,7 +327,7 @@ bad() { # bad NAME NAD-EXTRA-KEYS RESOURCE|- DEVICE-ID|"" EXPECTED-IN-EVENTS
 }
 bad rate ',"max_tx_rate":"fast"' sriov-rdma/pf1 "" 'max_tx_rate'
 PFPCI=$(onnode "basename \$(readlink /sys/class/net/$PF1/device)" 2>/dev/null)
-bad not-a-vf '' - "$PFPCI" 'deviceID'
+bad not-a-vf '' - "$PFPCI" 'not an SR-IOV VF (it has no physfn link)'
 # A tenant's pod that requests no VF but names one (free, offered by the device plugin) in its network selection
 # element: Multus hands that deviceID on; the plugin refuses a VF the kubelet manages but did not allocate to the pod
 # (to no pod, or to another: bad-rate's pod, still being deleted, may hold it).

@@ -45,6 +45,9 @@ for t in ibv_devices ibv_devinfo ibv_rc_pingpong ib_write_bw ib_send_lat rping i
   copy_bin "$(command -v "$t")" "/usr/bin/$t"
 done
 copy_libgcc_s
+# stdbuf: ibv_rc_pingpong's lines (its connection exchange) must survive the timeout that stops a blocked run.
+copy_bin "$(command -v stdbuf)" /usr/bin/stdbuf
+copy_bin /usr/libexec/coreutils/libstdbuf.so /usr/libexec/coreutils/libstdbuf.so
 cp "$here/rdma-probe.sh" "$root/rdma-probe.sh"
 
 # Modules: the modprobe --show-depends closure, in load order. crc32_generic first where it exists
@@ -61,6 +64,10 @@ done | awk '!seen[$0]++' | while read -r ko; do
     *.zst) zstd -qdc "$ko" > "$root/mods/$name" ;;
     *) cp "$ko" "$root/mods/$name" ;;
   esac
+done
+# A script that does not parse would end the machine's job early: refused here, before a boot.
+for f in init.sh scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh doctor.sh rdma-probe.sh; do
+  /bin/busybox sh -n "$here/$f" || { echo "build-initramfs: $here/$f does not parse (busybox sh -n)" >&2; exit 1; }
 done
 cp "$here/init.sh" "$root/init"; chmod +x "$root/init"
 for f in scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh doctor.sh; do cp "$here/$f" "$root/$f"; done

@@ -26,7 +26,8 @@ case "$mode" in
   # In a subshell: a failed setup exits it (not PID 1) and its RESULT line is printed.
   bench) ( . /vmlib.sh >/tmp/setup.log; grep '^RESULT setup' /tmp/setup.log; /usr/sbin/cni-bench --vfs "$(VFP 1),$(VFP 0),$(VFP 2),$(VFP 3),$(VFP 4),$(VFP 5),$(VFP 6)" "$rounds" 2>&1 | sed 's/^/BENCH /' )
          grep -q '^RESULT setup PASS' /tmp/setup.log || grep '^RESULT setup FAIL' /tmp/setup.log ;;
-  *) sh /scenarios.sh 2>&1 ;;
+  # scenarios.sh ends with SCENARIOSDONE; its exit status is said too (tests/vm/results.sh).
+  *) sh /scenarios.sh 2>&1; echo "VMLOG scenarios.sh exit status $?" ;;
 esac
 echo "VMDONE"
 # poweroff -f shuts the devices down and can block behind a hung kernel worker; a sysrq reboot skips that

@@ -3,6 +3,14 @@
 # the kernel's view (ip link on the PF, the pod netns), not the plugin's own output.
 . /vmlib.sh
 . /rdmalib.sh
+# include FILE: sources a scenario file; one that is missing or does not parse is a FAIL named after it (its
+# scenarios are then also missing from the run, which tests/vm/results.sh counts). The run's list of scenario
+# names is in tests/vm/results.sh: a scenario added here is added there.
+include() { if E=$(sh -n "$1" 2>&1); then . "$1"; else fail "include-$(basename "$1" .sh)" "$E"; fi; }
+# rdma_dev [NETNS]: the RDMA device names the kernel shows (RDMA netlink, `rdma dev`), on the host or in NETNS
+rdma_dev() { if [ -n "${1:-}" ]; then ip netns exec "$1" /usr/sbin/rdma dev 2>&1; else rdma dev 2>&1; fi | sed -n 's/^[0-9]*: \([^:]*\):.*/\1/p' | sort | tr '\n' ' '; }
+# steps PCI: the journal steps of the VF's record, in order
+steps() { grep -o '"step": *"[a-z-]*"' /var/lib/cni/sriov-rdma/$1.json 2>/dev/null | sed 's/.*"\([a-z-]*\)"$/\1/' | tr '\n' ' '; }
 KMAJ=$(uname -r | cut -d. -f1)
 if [ "$KMAJ" -ge 7 ]; then
 # 10a (7.x). Exclusive mode, where this kernel does move a software RDMA device between namespaces: the plugin
@@ -59,8 +67,19 @@ case "$R" in
 esac
 R=$(cni ADD c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'","rdma":"auto"}')
 E=$(cat /tmp/err)
+# The kernel's view: net1 in the pod, no RDMA device in the pod's (exclusive) view. (The journal keeps the rdma-in
+# step written before the move was tried; 6.12 destroys rxe2 as its netdev leaves, so the host has none either.)
+HOSTR=$(rdma_dev); PODR=$(rdma_dev pod10); ST=$(steps "$P2")
+echo "VMLOG 10a auto: rdma dev on the host: $HOSTR; in pod10: $PODR; journal: $ST"
 case "$E" in
-  *"moving RDMA device rxe2"*"leaving it in the host namespace"*) echo "$R" | grep -q '"interfaces"' && pass rdma-exclusive-auto-falls-back || fail rdma-exclusive-auto-falls-back "$R" ;;
+  *"moving RDMA device rxe2"*"leaving it in the host namespace"*)
+    why=""
+    echo "$R" | grep -q '"interfaces"' || why="$why no-result"
+    ip -n pod10 link show net1 >/dev/null 2>&1 || why="$why no-net1-in-pod"
+    [ -z "$PODR" ] || why="$why pod-sees:$PODR"
+    case " $ST " in *" netdev-in "*) ;; *) why="$why journal:$ST" ;; esac
+    [ -z "$why" ] && pass "rdma-exclusive-auto-falls-back(net1 in the pod, its rdma dev empty; host: ${HOSTR:-none})" \
+      || fail rdma-exclusive-auto-falls-back "$why" ;;
   *) fail rdma-exclusive-auto-falls-back "$R $E" ;;
 esac
 cni DEL c10 /var/run/netns/pod10 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P2'"}' || echo "VMLOG DEL10: $(cat /tmp/err)"
@@ -81,12 +100,28 @@ case "$R" in
       && pass rdma-shared-isolated-refused || fail rdma-shared-isolated-refused "state changed" ;;
   *) fail rdma-shared-isolated-refused "$R" ;;
 esac
+# The kernel's view: net1 in the pod, the record's journal without an rdma-in step, and the pod seeing what the
+# host sees (rxe3 itself is destroyed by the kernel as its netdev leaves; a reference device on a VF that stays
+# on the host, VF 5, is what the pod must see in shared mode).
+V5=$(VFN 5); rdma link add rxeref type rxe netdev "$V5" || echo "VMLOG rdma link add rxeref failed"
 R=$(cni ADD c11 /var/run/netns/pod11 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P3'"}')
 E=$(cat /tmp/err)
+sleep 0.5
+HOSTR=$(rdma_dev); PODR=$(rdma_dev pod11); ST=$(steps "$P3")
+echo "VMLOG 10b auto: rdma dev on the host: $HOSTR; in pod11: $PODR; journal: $ST"
 case "$E" in
-  *"shared netns mode: RDMA device rxe3 stays visible"*) pass rdma-shared-auto-leaves ;;
+  *"shared netns mode: RDMA device rxe3 stays visible"*)
+    why=""
+    ip -n pod11 link show net1 >/dev/null 2>&1 || why="$why no-net1-in-pod"
+    case " $PODR" in *" rxeref "*) ;; *) why="$why pod-does-not-see-rxeref:$PODR" ;; esac
+    [ "$HOSTR" = "$PODR" ] || why="$why host-and-pod-views-differ"
+    case " $ST " in *" netdev-in "*) ;; *) why="$why journal:$ST" ;; esac
+    case " $ST " in *" rdma-in "*) why="$why journal-has-rdma-in" ;; esac
+    [ -z "$why" ] && pass "rdma-shared-auto-leaves(net1 in the pod; rdma dev in the pod = on the host: $PODR)" \
+      || fail rdma-shared-auto-leaves "$why" ;;
   *) fail rdma-shared-auto-leaves "$R $E" ;;
 esac
+rdma link delete rxeref 2>/dev/null
 cni DEL c11 /var/run/netns/pod11 net1 '{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P3'"}' || echo "VMLOG DEL11: $(cat /tmp/err)"
 ip netns del pod11
 rdma link delete rxe3 2>/dev/null
@@ -100,11 +135,22 @@ OUT=$(cni ADD c12 /var/run/netns/pod12 net1 "$C12")
 ip netns exec pod12 /usr/sbin/rdma link add rxe4 type rxe netdev net1 || echo "VMLOG rdma link add in pod failed"
 PREV=$(echo "$C12" | sed 's/}$//')',"prevResult":'"$OUT"'}'
 sleep 0.5
+# The index CHECK reports must be the one the pod's sysfs shows the address at, as RoCE v2 on net1.
 if cni CHECK c12 /var/run/netns/pod12 net1 "$PREV"; then
-  case "$(cat /tmp/err)" in
-    *"CHECK: RoCE v2 GID index"*"for 10.1.0.2 on rxe4"*) pass rdma-gid-check; echo "VMLOG $(grep 'GID index' /tmp/err)" ;;
-    *) fail rdma-gid-check "no GID line: $(cat /tmp/err)" ;;
-  esac
+  GI=$(sed -n 's/.*CHECK: RoCE v2 GID index \([0-9]*\) for 10.1.0.2 on rxe4.*/\1/p' /tmp/err | head -1)
+  echo "VMLOG $(grep 'GID index' /tmp/err)"
+  why=""
+  if [ -z "$GI" ]; then why="no GID line: $(cat /tmp/err)"
+  else
+    G=/sys/class/infiniband/rxe4/ports/1
+    SG=$(ip netns exec pod12 cat $G/gids/$GI $G/gid_attrs/types/$GI $G/gid_attrs/ndevs/$GI 2>&1 | tr '\n' '|')
+    echo "VMLOG rdma-gid-check: pod12 sysfs at index $GI: $SG"
+    [ "$SG" = "0000:0000:0000:0000:0000:ffff:0a01:0002|RoCE v2|net1|" ] || why="$why sysfs-at-$GI:$SG"
+  fi
+  ip -n pod12 link show net1 >/dev/null 2>&1 || why="$why no-net1-in-pod"
+  case " $(rdma_dev pod12)" in *" rxe4 "*) ;; *) why="$why pod-rdma-dev:$(rdma_dev pod12)" ;; esac
+  case " $(rdma_dev)" in *" rxe4 "*) ;; *) why="$why host-rdma-dev:$(rdma_dev)" ;; esac
+  [ -z "$why" ] && pass "rdma-gid-check(index $GI: ::ffff:10.1.0.2, RoCE v2, net1 in the pod's sysfs)" || fail rdma-gid-check "$why"
 else fail rdma-gid-check "$(cat /tmp/err)"; fi
 D=$($PLUGIN doctor --netns /var/run/netns/pod12 2>&1)
 echo "$D" | sed 's/^/VMLOG doctor-netns: /'
@@ -183,13 +229,21 @@ else fail del-after-netns-del "ADD: $(cat /tmp/err)"; fi
 
 # 5. pfName: 7 ADDs get 7 distinct VFs, the 8th fails clearly; all DEL; host identical.
 SNAP_BEFORE=$(ip -d link show | sed 's/^[0-9]*: //' | grep -v 'altname')
-CP='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","pfName":"'$PF'","spoofchk":"on"}'
+CP='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","pfName":"'$PF'","spoofchk":"on","vlan":51}'
 ok5=1
 for i in 1 2 3 4 5 6 7; do
   ip netns add p5$i
   cni ADD c5$i /var/run/netns/p5$i net1 "$CP" >/dev/null || { ok5=0; echo "VMLOG ADD5 $i: $(cat /tmp/err)"; }
 done
 N=$(ls /var/lib/cni/sriov-rdma/*.json 2>/dev/null | wc -l)
+# The kernel's view: each pod has a net1 whose PCI device is a VF of the PF, seven different ones, and the PF's
+# seven rows carry the VLAN.
+IN=$(for i in 1 2 3 4 5 6 7; do basename "$(ip netns exec p5$i readlink /sys/class/net/net1/device 2>/dev/null)"; done | sort -u | grep -c .)
+ALL=$(for i in 0 1 2 3 4 5 6; do VFP $i; done | sort | tr '\n' ' ')
+GOT=$(for i in 1 2 3 4 5 6 7; do basename "$(ip netns exec p5$i readlink /sys/class/net/net1/device 2>/dev/null)"; done | sort | tr '\n' ' ')
+ROWS=$(ip link show "$PF" | grep -c ' vf [0-6] .*vlan 51,')
+echo "VMLOG pfname: the pods' net1 are $GOT; $ROWS PF rows with vlan 51"
+[ "$IN" = 7 ] && [ "$GOT" = "$ALL" ] && [ "$ROWS" = 7 ] || ok5=0
 ip netns add p58
 R=$(cni ADD c58 /var/run/netns/p58 net1 "$CP")
 case "$R" in *"no free VF"*) ;; *) ok5=0; echo "VMLOG 8th ADD: $R" ;; esac
@@ -197,7 +251,8 @@ for i in 1 2 3 4 5 6 7; do cni DEL c5$i /var/run/netns/p5$i net1 "$CP" || ok5=0;
 ip netns del p58
 SNAP_AFTER=$(ip -d link show | sed 's/^[0-9]*: //' | grep -v 'altname')
 [ "$SNAP_BEFORE" = "$SNAP_AFTER" ] || { ok5=0; echo "VMLOG snapshot differs"; }
-[ $ok5 = 1 ] && [ "$N" = 7 ] && pass pfname-allocation || fail pfname-allocation "records=$N"
+[ $ok5 = 1 ] && [ "$N" = 7 ] && pass "pfname-allocation(7 pods, net1 on 7 distinct VFs of $PF, 7 PF rows with vlan 51)" \
+  || fail pfname-allocation "records=$N pods' net1: $GOT PF rows with vlan 51: $ROWS"
 
 # 9. GC with an empty valid-attachments list releases a live attachment and restores the VF.
 ip netns add pod9
@@ -266,13 +321,14 @@ if [ -n "$PF2" ]; then
   R=$(cni ADD c7 /var/run/netns/pod7 net1 "$C7")
   L=$(ip link show "$PF2" | grep "vf 0 ")
   ok7=1
+  [ "$DRV" = vfio-pci ] || ok7=0
   echo "$R" | grep -q "\"pciID\":\"$Q\"" || ok7=0
   echo "$L" | grep -q "vlan 300" || ok7=0
   cni DEL c7 /var/run/netns/pod7 net1 "$C7" || ok7=0
   [ "$P2_BEFORE" = "$(ip link show "$PF2")" ] || ok7=0
   [ -e /var/lib/cni/sriov-rdma/$Q.json ] && ok7=0
   ip netns del pod7
-  [ $ok7 = 1 ] && pass "userspace-driver-vf($DRV)" || fail userspace-driver-vf "$R | $L | $(cat /tmp/err)"
+  [ $ok7 = 1 ] && pass "userspace-driver-vf($DRV)" || fail userspace-driver-vf "driver ${DRV:-none} | $R | $L | $(cat /tmp/err)"
 else
   fail userspace-driver-vf "no second PF"
 fi
@@ -397,7 +453,7 @@ else fail del-unopenable-netns-changes-nothing "ADD: $(cat /tmp/err)"; fi
 ip netns del podu
 
 # RDMA traffic and isolation through plugin-attached VFs (rdma.sh).
-. /rdma.sh
+include /rdma.sh
 
 # Orphans heal themselves: a pod netns destroyed without a DEL (the kernel hands the VF back under its pod name
 # with the pod's settings on the PF); `sriov-rdma gc --dry-run` lists it, and the next pfName ADD on that PF
@@ -477,11 +533,16 @@ else why="ADD: $(cat /tmp/err)"; ip netns del phold; fi
 V6=$(VFN 6); P6=$(VFP 6)
 M6=$(cat /sys/class/net/$V6/mtu)
 ip link set "$V6" mtu 4000
+X6=$(cat /sys/class/net/$V6/ifindex)
 why=""
 ip netns add pmtu
 CM='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'","mac":"02:00:00:00:dd:07","trust":"off"}'
 if cni ADD cmtu /var/run/netns/pmtu net1 "$CM" >/dev/null; then
-  echo "VMLOG after the rebind net1 has MTU $(ip netns exec pmtu cat /sys/class/net/net1/mtu)"
+  # The rebind happened: the pod's net1 is a new netdev (a new ifindex; a move keeps it) without the MTU of 4000.
+  X1=$(ip netns exec pmtu cat /sys/class/net/net1/ifindex); MP=$(ip netns exec pmtu cat /sys/class/net/net1/mtu)
+  echo "VMLOG after the rebind net1 has MTU $MP, ifindex $X1 (the VF's netdev had $X6)"
+  [ -n "$X1" ] && [ "$X1" != "$X6" ] || why="$why no-rebind:ifindex-$X6-kept"
+  [ "$MP" != 4000 ] || why="$why no-rebind:mtu-4000-kept"
   cni CHECK cmtu /var/run/netns/pmtu net1 "$CM" >/dev/null || why="$why CHECK:$(tail -1 /tmp/err)"
   cni DEL cmtu /var/run/netns/pmtu net1 "$CM" >/dev/null || why="$why DEL:$(tail -1 /tmp/err)"
   [ "$(cat /sys/class/net/$V6/mtu)" = 4000 ] || why="$why mtu-not-restored:$(cat /sys/class/net/$V6/mtu)"
@@ -516,7 +577,7 @@ ip netns del pub
 # igb's rebind is on the path too), 8 delays across the ADD: whatever step the journal had reached, DEL (retried
 # at most 3 times) leaves the PF's row for the VF, its netdev (name, MAC, MTU) and the record store as before.
 ROW6=$(vfline 6); N6=$(ip -o link show "$V6" | cut -d' ' -f2-5; cat /sys/class/net/$V6/address)
-okk=1; killed=0; t=0
+okk=1; killed=0; landed=0; t=0
 for d in 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.5; do
   t=$((t + 1)); TR=""; [ $((t % 2)) = 0 ] && TR=',"trust":"on"'
   CK='{"cniVersion":"1.0.0","name":"vmnet","type":"sriov-rdma","deviceID":"'$P6'","mac":"02:00:00:00:ee:0'$t'","vlan":62,"spoofchk":"on"'$TR',"mtu":9000,"ipam":{"type":"static","addresses":[{"address":"10.6.2.2/24"}]}}'
@@ -525,9 +586,12 @@ for d in 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.5; do
   CNI_COMMAND=ADD CNI_CONTAINERID=ck$t CNI_NETNS=/var/run/netns/pk CNI_IFNAME=net1 $PLUGIN </tmp/ck.json >/dev/null 2>/tmp/ckerr &
   pid=$!
   sleep $d
-  kill -9 $pid 2>/dev/null && killed=$((killed + 1))
+  hit=0; kill -9 $pid 2>/dev/null && { killed=$((killed + 1)); hit=1; }
   wait $pid 2>/dev/null
-  at="$(cat /var/lib/cni/sriov-rdma/$P6.json 2>/dev/null | grep -o '"step": "[a-z-]*"' | tail -1)"
+  at="$(steps "$P6" | awk '{ print $NF }')"
+  # A kill counts only if it stopped a running ADD and left a record whose journal reached a PF setting or the
+  # move into the pod (an ADD that had finished, or a kill before anything happened, proves nothing).
+  [ $hit = 1 ] && case "$at" in admin-mac|vlan|spoofchk|trust|link-state|tx-rate|ib-guid|netdev-in) landed=$((landed + 1)) ;; esac
   n=0; until cni DEL ck$t /var/run/netns/pk net1 "$CK"; do n=$((n + 1)); [ $n -ge 3 ] && break; done
   [ $n -ge 3 ] && { okk=0; echo "VMLOG kill $t: DEL failed: $(cat /tmp/err | tr '\n' ' ')"; }
   ip netns del pk
@@ -535,11 +599,12 @@ for d in 0.01 0.03 0.06 0.1 0.15 0.2 0.3 0.5; do
   [ "$ROW6" = "$(vfline 6)" ] || why="$why PF-row: $(vfline 6)"
   [ "$N6" = "$(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5; cat /sys/class/net/$V6/address 2>&1)" ] || why="$why netdev: $(ip -o link show "$V6" 2>&1 | cut -d' ' -f2-5)"
   [ -e /var/lib/cni/sriov-rdma/$P6.json ] && why="$why record-left"
-  echo "VMLOG kill $t after ${d}s: journal at ${at:-nothing}${why:+; FAILED:$why}"
+  echo "VMLOG kill $t after ${d}s: $([ $hit = 1 ] && echo killed || echo "ADD had ended"), journal at ${at:-nothing}${why:+; FAILED:$why}"
   [ -z "$why" ] || okk=0
 done
-[ $okk = 1 ] && [ $killed -gt 0 ] && pass "sigkill-mid-add-then-del-restores-a-real-vf($killed of 8 killed mid-ADD)" \
-  || fail sigkill-mid-add-then-del-restores-a-real-vf "killed=$killed, see VMLOG"
+[ $okk = 1 ] && [ $landed -gt 0 ] && pass "sigkill-mid-add-then-del-restores-a-real-vf($landed of 8 killed at a PF setting or the move, $killed killed)" \
+  || fail sigkill-mid-add-then-del-restores-a-real-vf "killed=$killed, at a PF setting or the move: $landed; see VMLOG"
 
 # doctor's link and bandwidth questions (last: it cycles the PF's link).
-. /doctor.sh
+include /doctor.sh
+echo SCENARIOSDONE
