@@ -66,10 +66,10 @@ done | awk '!seen[$0]++' | while read -r ko; do
   esac
 done
 # A script that does not parse would end the machine's job early: refused here, before a boot.
-for f in init.sh scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh doctor.sh rdma-probe.sh; do
+for f in init.sh scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh lifecycle.sh doctor.sh rdma-probe.sh; do
   /bin/busybox sh -n "$here/$f" || { echo "build-initramfs: $here/$f does not parse (busybox sh -n)" >&2; exit 1; }
 done
 cp "$here/init.sh" "$root/init"; chmod +x "$root/init"
-for f in scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh doctor.sh; do cp "$here/$f" "$root/$f"; done
+for f in scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh lifecycle.sh doctor.sh; do cp "$here/$f" "$root/$f"; done
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out"
 echo "$out"

@@ -30,6 +30,9 @@ expected() {
   printf '%s\n' orphan-reclaimed-by-pfname-add held-netns-vf-never-reclaimed-then-restored \
     check-mtu-is-what-add-left-after-a-rebind del-binds-a-vf-an-interrupted-rebind-left-unbound \
     sigkill-mid-add-then-del-restores-a-real-vf
+  # lifecycle.sh
+  printf '%s\n' del-vf-with-systemd-name-comes-back-under-a-free-name orphan-of-the-same-container-reclaimed-by-its-add \
+    soft-roce-of-a-kubelet-vf-never-moved
   # doctor.sh
   printf '%s\n' doctor-pcie-link-of-the-emulated-igb doctor-roce-mtu-mismatch \
     doctor-vf-carrier-changes-when-its-pf-link-cycles doctor-rxe-counters-moved doctor-says-why-a-vf-is-unhealthy

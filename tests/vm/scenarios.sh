@@ -606,5 +606,6 @@ done
   || fail sigkill-mid-add-then-del-restores-a-real-vf "killed=$killed, at a PF setting or the move: $landed; see VMLOG"
 
 # doctor's link and bandwidth questions (last: it cycles the PF's link).
+include /lifecycle.sh
 include /doctor.sh
 echo SCENARIOSDONE
