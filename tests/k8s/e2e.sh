@@ -173,7 +173,8 @@ expected() {
     doctor-vfs-registered pods-running device-plugin-allocation-to-multus pf-rows doctor-kubelet-holders ping \
     ping-jumbo rdma-rping rdma-write-bw delete-restores device-plugin-rdma-chardevs device-plugin-vfio \
     runtime-restarts device-plugin-re-registered runtime-restarts-then-delete force-delete crictl-stopp-rmp \
-    crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate bad-not-a-vf bad-steal bad-then-gone
+    crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate bad-not-a-vf bad-steal bad-then-gone \
+    tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete
 }
 finish() {
   keep_logs
@@ -314,6 +315,6 @@ if [ -z "$why" ]; then pass "doctor-vfs-registered(exit 0: '$(echo "$out" | grep
 else fail doctor-vfs-registered "$why $(echo "$out" | grep -E 'registered|^  *-|blocker|Blocker' | head -8 | tr '\n' ' ')"; fi
 
 # The scenario files must parse before the first of them runs (a syntax error found half-way ends the rest).
-for f in scenarios.sh rdma.sh devices.sh; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
+for f in scenarios.sh rdma.sh devices.sh tenants.sh; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
 include scenarios.sh
 finish

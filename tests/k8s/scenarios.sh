@@ -38,7 +38,7 @@ apiVersion: v1
 kind: Pod
 metadata:
   name: $1
-  namespace: default
+  namespace: ${PODNS:-default}
   annotations:
     k8s.v1.cni.cncf.io/networks: '[$net]'
 spec:
@@ -335,3 +335,5 @@ bad steal '' - "$(vf_pci "$PF1" 0)" 'the kubelet manages this VF as resource sri
 gone bad-rate bad-not-a-vf bad-steal
 restored 30 && pass "bad-then-gone(node unchanged after the failed pods are deleted)" \
   || fail bad-then-gone "$(echo "$NOW" | tr '\n' ';')"
+# Last: the node policy it installs stays on the node.
+include tenants.sh
