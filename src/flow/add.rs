@@ -35,13 +35,10 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
     let vf_original =
         NetlinkPf(&mut host.route).vf_state(&pf, vf.index).ctx(|| format!("reading the VF table of PF {}", pf.name))?;
     let plan = vf_setting::planned(&conf.vf, vf_original.as_ref().unwrap_or(&VfState::default()));
+    // The RDMA devices under the VF's PCI device (a device bound to its netdev instead is not among them).
+    let pci_rdma = host.sysfs.rdma_devices_of(&vf.pci);
     if vf.driver.as_deref() == Some("mlx5_core") && plan.iter().any(|s| matches!(s, VfSetting::IbGuid(_))) {
-        let file = paths.kubelet_dir.join(crate::kubelet::CHECKPOINT);
-        let cp = crate::kubelet::Checkpoint::read(&file).map_err(CniError::io)?;
-        let rdma = host.sysfs.rdma_devices_of(&vf.pci);
-        if let Some(why) = cp.and_then(|c| c.rebind_refusal(&vf.pci, &rdma, "the IB GUID (infinibandGUID)")) {
-            return Err(CniError::config(why));
-        }
+        kubelet.rebind(&vf.pci, &pci_rdma, "the IB GUID (infinibandGUID)")?;
     }
     if vf_original.is_none() {
         if let Some(s) = plan.first() {
@@ -68,7 +65,7 @@ pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<AttachResul
     let (rdma, move_rdma, rdma_sock) = prepare_rdma(&mut host, conf, &vf, netdev.as_ref().map(|l| l.index))?;
     // A device not under the VF's PCI device is bound to its netdev, and dies with the netdev's move.
     if let Some(r) = rdma.as_ref().filter(|_| netdev.is_some()) {
-        if !host.sysfs.rdma_devices_of(&vf.pci).contains(&r.device.name) {
+        if !pci_rdma.contains(&r.device.name) {
             kubelet.netdev_bound_rdma(&vf.pci, &r.device.name)?;
         }
     }

@@ -119,6 +119,15 @@ impl KubeletClaims {
         )))
     }
 
+    /// Refused (code 7) before anything changes: a rebind (`what`, e.g. an mlx5 GUID) of a VF the kubelet manages
+    /// whose RDMA devices `rdma` its device plugin named for the pod's containers ([`Checkpoint::rebind_refusal`]).
+    pub fn rebind(&self, pci: &PciAddr, rdma: &[String], what: &str) -> CniResult<()> {
+        match self.checkpoint.as_ref().and_then(|cp| cp.rebind_refusal(pci, rdma, what)) {
+            Some(why) => Err(CniError::config(why)),
+            None => Ok(()),
+        }
+    }
+
     /// Refused (code 7) before anything changes: a VF the kubelet manages whose RDMA device `dev` is bound to its
     /// netdev (Soft-RoCE). Its device plugin gave the pod's containers that device's character devices, and moving
     /// the netdev into the pod destroys the device: they would hold a device that is gone (or, once the number is
