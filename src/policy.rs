@@ -172,7 +172,7 @@ fn ranges<T: Copy + PartialEq + std::fmt::Display>(r: &[(T, T)]) -> String {
 }
 
 /// A regular file's bytes; anything else (a directory, a FIFO that would block) is an error.
-fn read_regular(file: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_regular(file: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(file)?;

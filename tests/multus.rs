@@ -257,3 +257,64 @@ fn every_example_nad_lets_the_device_info_path_through() {
     }
     assert!(nads >= 2, "{nads} NADs in examples/");
 }
+
+/// A NAD migrated from sriov-cni + rdma-cni by changing only the first `type` still chains rdma-cni after us.
+/// Multus writes the pod's delegates (each NAD's plugin list) to `<cniDir>/<sandbox>` before it runs them, and
+/// cnitool reads the network's `.conflist` from `NETCONFPATH`: ADD sees the chain in either, refuses it with code 7
+/// saying to remove the entry, and changes nothing; a chain without rdma-cni goes through.
+#[test]
+fn a_chain_running_rdma_cni_after_this_plugin_is_refused_before_any_change() {
+    if !ready("a_chain_running_rdma_cni_after_this_plugin_is_refused_before_any_change") {
+        return;
+    }
+    let mut bed = Bed::new("mu6", 1);
+    let ns = bed.netns();
+    let sandbox = "mu6c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0";
+    let conf = for_stand_in(nad_config("nad-rdma-static.yaml", "sriov-rdma-static"));
+    let net = conf["name"].as_str().unwrap().to_string();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let injected = delegate(&conf, &pci, &json!({"ips": ["10.77.6.6/24"]}));
+    let plugins = |after: &str| json!([conf, {"type": after, "deviceID": pci}]);
+    let multus = bed.dir.join("no-multus");
+    fs::create_dir_all(&multus).unwrap();
+    let cache = |after: &str| {
+        let list = json!({"cniVersion": "1.0.0", "name": net, "plugins": plugins(after)});
+        json!([{"Conf": {}, "ConfList": list, "Name": net, "deviceID": pci, "Bytes": ""}]).to_string()
+    };
+    let unchanged = |why: &str| {
+        assert_eq!(identity(None, &vf).as_ref(), Some(&before), "{why}: the VF stays on the host as it was");
+        assert!(link(Some(&ns), "net1").is_none(), "{why}: nothing in the pod");
+        assert!(bed.records().is_empty(), "{why}: no record");
+    };
+
+    fs::write(multus.join(sandbox), cache("rdma")).unwrap();
+    let r = bed.run_env(&multus_env(&bed, "ADD", sandbox, &ns), &injected.to_string());
+    assert!(!r.ok && r.code() == 7, "refused as an invalid configuration: {}", r.stdout);
+    assert!(
+        r.msg().contains("chains rdma-cni") && r.msg().contains("remove the {\"type\": \"rdma\"} entry"),
+        "{}",
+        r.msg()
+    );
+    assert!(r.msg().contains(&multus.join(sandbox).display().to_string()), "names where it saw the chain: {}", r.msg());
+    unchanged("Multus chain with rdma-cni");
+
+    // cnitool / podman: the network's .conflist in NETCONFPATH.
+    fs::remove_file(multus.join(sandbox)).unwrap();
+    let netd = bed.dir.join("no-net.d");
+    fs::create_dir_all(&netd).unwrap();
+    let file = netd.join("10-rdma.conflist");
+    fs::write(&file, json!({"cniVersion": "1.0.0", "name": net, "plugins": plugins("rdma")}).to_string()).unwrap();
+    let r = bed.run_env(&multus_env(&bed, "ADD", sandbox, &ns), &injected.to_string());
+    assert!(!r.ok && r.code() == 7 && r.msg().contains(&file.display().to_string()), "{}", r.msg());
+    unchanged("conflist with rdma-cni");
+
+    // Another plugin after us is none of this check's business.
+    fs::remove_file(&file).unwrap();
+    fs::write(multus.join(sandbox), cache("tuning")).unwrap();
+    let add = bed.run_env(&multus_env(&bed, "ADD", sandbox, &ns), &injected.to_string());
+    add.ok();
+    assert!(link(Some(&ns), "net1").is_some(), "attached when the chain has no rdma-cni");
+    bed.run_env(&multus_env(&bed, "DEL", sandbox, &ns), &injected.to_string()).ok();
+    unchanged("after DEL");
+}

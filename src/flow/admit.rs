@@ -148,6 +148,7 @@ impl KubeletClaims {
 /// ADD's checks: the device-info file's place, the kubelet's allocation of a `deviceID`, and the node policy.
 /// Allowed: the VF settings ADD applies, the configuration's with what the policy sets where it leaves one out.
 pub fn add(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<VfSettings> {
+    super::chain::refuse_rdma_cni(paths, conf, env)?;
     if let Some(p) = &conf.device_info_file {
         confine("runtimeConfig.CNIDeviceInfoFile", &paths.devinfo_dir, p, super::rdma::device_info_place)?;
     }

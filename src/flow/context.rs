@@ -26,6 +26,10 @@ pub struct Paths {
     pub log_dir: PathBuf,
     pub policy: PathBuf,
     pub kubelet_dir: PathBuf,
+    /// Multus's cache of each pod's delegates (its `cniDir`), read to see what the network chains after us.
+    pub multus_dir: PathBuf,
+    /// The CNI configuration directory (`cnitool`'s `NETCONFPATH`), read for the same.
+    pub net_conf_dir: PathBuf,
 }
 
 impl Paths {
@@ -39,6 +43,12 @@ impl Paths {
     /// The NPWG device-info directory (Multus reads the files there).
     pub const DEVINFO_DIR: &'static str = "/var/run/k8s.cni.cncf.io/devinfo";
     pub const LOG_DIR: &'static str = "/var/log/sriov-rdma";
+    pub const MULTUS_VAR: &'static str = "SRIOV_RDMA_MULTUS_DIR";
+    /// Multus's default `cniDir`.
+    pub const MULTUS_DIR: &'static str = "/var/lib/cni/multus";
+    /// libcni's and `cnitool`'s variable.
+    pub const NET_CONF_VAR: &'static str = "NETCONFPATH";
+    pub const NET_CONF_DIR: &'static str = "/etc/cni/net.d";
 
     /// Reads the `SRIOV_RDMA_*` variables through `get`; unset (or empty) means the node's.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Paths {
@@ -50,6 +60,8 @@ impl Paths {
             log_dir: var(Self::LOG_VAR).unwrap_or_else(|| Self::LOG_DIR.into()),
             policy: var(Self::POLICY_VAR).unwrap_or_else(|| crate::policy::DEFAULT_PATH.into()),
             kubelet_dir: var(Self::KUBELET_VAR).unwrap_or_else(|| crate::kubelet::DEVICE_PLUGINS_DIR.into()),
+            multus_dir: var(Self::MULTUS_VAR).unwrap_or_else(|| Self::MULTUS_DIR.into()),
+            net_conf_dir: var(Self::NET_CONF_VAR).unwrap_or_else(|| Self::NET_CONF_DIR.into()),
         }
     }
 

@@ -3,6 +3,7 @@
 pub mod add;
 pub mod admit;
 pub mod attachment;
+pub mod chain;
 pub mod check;
 pub mod context;
 pub mod del;
