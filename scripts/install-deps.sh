@@ -20,6 +20,8 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 # libseccomp statically.
 [ -e /usr/lib/x86_64-linux-gnu/libseccomp.a ] || need+=(libseccomp-dev)
 command -v gcc >/dev/null || need+=(gcc)
+# curl scrapes the device plugin's metrics on the Kubernetes node.
+[ -x /usr/bin/curl ] || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install ${need[*]}" >&2

@@ -23,6 +23,9 @@ cp "$(dir multus)/multus" "$root/opt/cni/bin/"
 # pods that hold VFs (it asks the kubelet's pod-resources API through it); the DaemonSet runs its own copy.
 top=$(cd "$here/../.." && pwd)
 cp "$top/target/release/sriov-rdma-device-plugin" "$root/usr/bin/" || die "no target/release/sriov-rdma-device-plugin (make release)"
+# curl, to scrape the device plugin's metrics on the node as an operator would.
+. "$top/tests/vm/copylib.sh"
+copy_bin /usr/bin/curl /usr/bin/curl
 # Debian's reference plugins (containernetworking-plugins) for the cluster network Multus delegates to.
 for p in ptp host-local loopback; do cp /usr/lib/cni/$p "$root/opt/cni/bin/"; done
 "$here/build-images.sh" "$root/images" >/dev/null

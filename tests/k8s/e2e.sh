@@ -140,6 +140,10 @@ evictionHard: { memory.available: "1Mi" }
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# A GPU node's setting: a pod's devices from one NUMA node (the device plugin's hints decide).
+topologyManagerPolicy: single-numa-node
+# Pods (and so mounted ConfigMaps) are synced every 10 s instead of every minute: the reload scenarios wait less.
+syncFrequency: 10s
 EOF
 (cd "$run" && find . | cpio -o -H newc -R 0:0 --quiet) > "$work/run.cpio"
 # One initrd: the emulated machine's, the node's archive, this run's; each part starts 4-byte aligned (the
@@ -174,7 +178,8 @@ expected() {
     ping-jumbo rdma-rping rdma-write-bw delete-restores device-plugin-rdma-chardevs device-plugin-vfio \
     runtime-restarts device-plugin-re-registered runtime-restarts-then-delete force-delete crictl-stopp-rmp \
     crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate bad-not-a-vf bad-steal bad-then-gone \
-    tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete
+    tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete config-reload two-vf-pod-one-per-pf \
+    metrics-allocation metrics-health-change config-bad-edit-kept config-restored rdma-cni-chain-refused
 }
 finish() {
   keep_logs
@@ -315,6 +320,6 @@ if [ -z "$why" ]; then pass "doctor-vfs-registered(exit 0: '$(echo "$out" | grep
 else fail doctor-vfs-registered "$why $(echo "$out" | grep -E 'registered|^  *-|blocker|Blocker' | head -8 | tr '\n' ' ')"; fi
 
 # The scenario files must parse before the first of them runs (a syntax error found half-way ends the rest).
-for f in scenarios.sh rdma.sh devices.sh tenants.sh; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
+for f in scenarios.sh rdma.sh devices.sh tenants.sh ops.sh; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
 include scenarios.sh
 finish

@@ -337,3 +337,5 @@ restored 30 && pass "bad-then-gone(node unchanged after the failed pods are dele
   || fail bad-then-gone "$(echo "$NOW" | tr '\n' ';')"
 # Last: the node policy it installs stays on the node.
 include tenants.sh
+# Then the operator's view: config reload, two rails, metrics, a chained rdma-cni.
+include ops.sh
