@@ -9,6 +9,8 @@ use std::sync::{Mutex, OnceLock};
 struct Logger {
     level: LogLevel,
     file: Option<Mutex<File>>,
+    /// Where a long-running process (the node daemon) takes each message instead: its own logging setup.
+    sink: Option<fn(LogLevel, &str)>,
 }
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
@@ -18,7 +20,13 @@ pub fn init(level: LogLevel, file: Option<File>) {
     if LOGGER.get().is_some() {
         return;
     }
-    let _ = LOGGER.set(Logger { level, file: file.map(Mutex::new) });
+    let _ = LOGGER.set(Logger { level, file: file.map(Mutex::new), sink: None });
+}
+
+/// Sets the level once per process and hands every message at or above it, control characters escaped, to
+/// `sink` (the node daemon's `tracing` subscriber: its format, timestamps and fields).
+pub fn init_with_sink(level: LogLevel, sink: fn(LogLevel, &str)) {
+    let _ = LOGGER.set(Logger { level, file: None, sink: Some(sink) });
 }
 
 /// Opens the log for appending inside the node's log directory, never through a symbolic link and without ever
@@ -63,6 +71,10 @@ pub fn write(level: LogLevel, msg: std::fmt::Arguments<'_>) {
     };
     let msg = msg.to_string();
     let msg = escape_controls(&msg);
+    if let Some(sink) = LOGGER.get().and_then(|l| l.sink) {
+        sink(level, &msg);
+        return;
+    }
     let line =
         format!("{}.{:03} sriov-rdma[{}] {tag}: {msg}\n", now.as_secs(), now.subsec_millis(), std::process::id());
     match LOGGER.get().and_then(|l| l.file.as_ref()) {

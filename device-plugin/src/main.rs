@@ -11,13 +11,13 @@ use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
 use sriov_rdma_device_plugin::podresources;
 use sriov_rdma_device_plugin::server::{self, Timing};
-use sriov_rdma_device_plugin::{metrics, reload};
+use sriov_rdma_device_plugin::{logging, metrics, reload};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 const USAGE: &str = concat!(
-    "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug]\n",
+    "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug] [--log-level L] [--log-format text|json]\n",
     "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR] [--poll-ms N]\n",
     "       sriov-rdma device-plugin --pod-resources [--socket PATH]\n",
     "       sriov-rdma device-plugin --version | --help\n",
@@ -31,6 +31,8 @@ const USAGE: &str = concat!(
     "--metrics-addr ADDR (or SRIOV_RDMA_METRICS_ADDR, e.g. 127.0.0.1:9411): serve /metrics, /healthz, /readyz; off\n",
     "by default. The config file is re-read when it changes; --policy FILE [--policy-dir DIR, default\n",
     "/host/etc/sriov-rdma]: install this node policy now and whenever it changes.\n",
+    "--log-level error|warning|info|debug (SRIOV_RDMA_LOG_LEVEL; default info, --debug is debug), --log-format\n",
+    "text|json (SRIOV_RDMA_LOG_FORMAT; default text): one line per message on stderr, JSON as one object per line.\n",
     "See docs/device-plugin.md.\n",
 );
 
@@ -41,6 +43,8 @@ struct Args {
     config: Option<PathBuf>,
     dry_run: bool,
     debug: bool,
+    log_level: Option<LogLevel>,
+    log_format: logging::Format,
     pod_resources: bool,
     /// `--socket` of `--pod-resources`.
     socket: Option<PathBuf>,
@@ -67,6 +71,8 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         config: None,
         dry_run: false,
         debug: false,
+        log_level: None,
+        log_format: logging::Format::Text,
         pod_resources: false,
         socket: None,
         paths: Paths {
@@ -85,6 +91,12 @@ fn parse(args: &[String]) -> Result<Cli, String> {
     if let Some(v) = std::env::var("SRIOV_RDMA_METRICS_ADDR").ok().filter(|v| !v.is_empty()) {
         a.metrics_addr = Some(addr(&v).map_err(|e| format!("SRIOV_RDMA_METRICS_ADDR: {e}"))?);
     }
+    if let Some(v) = std::env::var("SRIOV_RDMA_LOG_LEVEL").ok().filter(|v| !v.is_empty()) {
+        a.log_level = Some(logging::parse_level(&v).map_err(|e| format!("SRIOV_RDMA_LOG_LEVEL: {e}"))?);
+    }
+    if let Some(v) = std::env::var("SRIOV_RDMA_LOG_FORMAT").ok().filter(|v| !v.is_empty()) {
+        a.log_format = logging::Format::parse(&v).map_err(|e| format!("SRIOV_RDMA_LOG_FORMAT: {e}"))?;
+    }
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
@@ -94,6 +106,12 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--config" => a.config = Some(value()?.into()),
             "--dry-run" => a.dry_run = true,
             "--debug" => a.debug = true,
+            "--log-level" => {
+                a.log_level = Some(logging::parse_level(&value()?).map_err(|e| format!("--log-level: {e}"))?)
+            }
+            "--log-format" => {
+                a.log_format = logging::Format::parse(&value()?).map_err(|e| format!("--log-format: {e}"))?
+            }
             "--pod-resources" => a.pod_resources = true,
             "--socket" => a.socket = Some(value()?.into()),
             "--kubelet-dir" => a.paths.kubelet_dir = value()?.into(),
@@ -161,7 +179,12 @@ fn main() {
             std::process::exit(EXIT_CONFIG);
         }
     };
-    sriov_rdma_cni::log::init(if config.debug || args.debug { LogLevel::Debug } else { LogLevel::Info }, None);
+    let level = match args.log_level {
+        _ if config.debug || args.debug => LogLevel::Debug,
+        Some(l) => l,
+        None => LogLevel::Info,
+    };
+    logging::init(level, args.log_format);
     let sysfs = Sysfs::at(args.paths.sysfs.clone());
     if let Err(e) = numvfs::check(&sysfs, &config.num_vfs) {
         eprintln!("sriov-rdma device-plugin: bad configuration, nothing advertised: {e}");
