@@ -144,3 +144,19 @@ k delete pod chain-1 --wait=false >/dev/null; gone chain-1
 if [ -n "$ev" ] && restored 60; then pass "rdma-cni-chain-refused(pod event: '$ev'; node as before)"
 else fail rdma-cni-chain-refused "event '${ev:-none}': $(k get events --field-selector involvedObject.name=chain-1 -o 'jsonpath={.items[*].message}' 2>&1 | tail -c 400); node: $(echo "${NOW:-}" | tr '\n' ';')"; fi
 k delete nad sriov-rdma-chain >/dev/null 2>&1
+
+# Deleting the node policy's ConfigMap (optional in the DaemonSet) empties the daemon's mount; the policy installed
+# on the node stays, as docs/security.md says (deleting /etc/sriov-rdma/policy.json is how to go back to none).
+sum0=$(onnode 'sha256sum /etc/sriov-rdma/policy.json' 2>/dev/null | cut -d' ' -f1)
+uid=$(k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma -o 'jsonpath={.items[0].metadata.uid}')
+k -n kube-system delete configmap sriov-rdma-policy >/dev/null
+mounted=yes
+for _ in $(seq 1 120); do
+  onnode "test -e /var/lib/kubelet/pods/$uid/volumes/kubernetes.io~configmap/policy/policy.json" 2>/dev/null || { mounted=""; break; }
+  sleep 1
+done
+sleep 5 # a round of the daemon after the swap
+sum1=$(onnode 'sha256sum /etc/sriov-rdma/policy.json' 2>/dev/null | cut -d' ' -f1)
+if [ -z "$mounted" ] && [ -n "$sum0" ] && [ "$sum1" = "$sum0" ] && [ "$(dp_pod)" = "$DP0" ]; then
+  pass "policy-configmap-deleted-keeps-node-policy(the mount emptied by the kubelet; /etc/sriov-rdma/policy.json unchanged, sha256 ${sum0:0:12})"
+else fail policy-configmap-deleted-keeps-node-policy "mount still there: ${mounted:-no}; sha256 before ${sum0:-none} after ${sum1:-none}; pod $(dp_pod) (was $DP0)"; fi
