@@ -179,7 +179,8 @@ expected() {
     runtime-restarts device-plugin-re-registered runtime-restarts-then-delete force-delete crictl-stopp-rmp \
     crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate bad-not-a-vf bad-steal bad-then-gone \
     tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete config-reload two-vf-pod-one-per-pf \
-    metrics-allocation metrics-health-change config-bad-edit-kept config-restored rdma-cni-chain-refused
+    metrics-allocation metrics-health-change config-bad-edit-kept config-restored rdma-cni-chain-refused \
+    policy-configmap-deleted-keeps-node-policy
 }
 finish() {
   keep_logs

@@ -40,15 +40,16 @@ if wait_allocatable "$want" 150 && [ "$(dp_pod)" = "$DP0" ]; then
 else fail config-reload "want $want, allocatable $ALLOC; pod/restarts before $DP0 now $(dp_pod); $(k -n kube-system logs ds/sriov-rdma 2>&1 | tail -3 | tr '\n' ' ')"; fi
 
 # --- a pod with two VFs of the rail resource, one network each (Multus hands them out in allocation order) ---
-nad sriov-rdma-rail sriov-rdma/rail "" 200 220 | k apply -f - >/dev/null
+# In team-a: the node policy tenants.sh installed admits team-a and team-b only (VLAN 301, spoofchk on, trust off).
+tnad team-a rail-net sriov-rdma/rail 301 60 79 | k apply -f - >/dev/null
 cat <<EOF | k apply -f - >/dev/null
 apiVersion: v1
 kind: Pod
 metadata:
   name: rail-2
-  namespace: default
+  namespace: team-a
   annotations:
-    k8s.v1.cni.cncf.io/networks: '[{"name":"sriov-rdma-rail","interface":"net1"},{"name":"sriov-rdma-rail","interface":"net2"}]'
+    k8s.v1.cni.cncf.io/networks: '[{"name":"rail-net","interface":"net1"},{"name":"rail-net","interface":"net2"}]'
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 2
@@ -62,22 +63,22 @@ spec:
         limits: { "sriov-rdma/rail": "2" }
 EOF
 why=""
-if k wait --for=condition=Ready pod/rail-2 --timeout=240s >/dev/null 2>&1; then
-  vfs=$(vf_of rail-2 PCIDEVICE_SRIOV-RDMA_RAIL | tr ',' ' ')
+if k -n team-a wait --for=condition=Ready pod/rail-2 --timeout=240s >/dev/null 2>&1; then
+  vfs=$(k -n team-a exec rail-2 -- sh -c "tr '\\0' '\\n' < /proc/1/environ" 2>/dev/null | sed -n 's/^PCIDEVICE_SRIOV-RDMA_RAIL=//p' | tr ',' ' ')
   pfs=""
   for v in $vfs; do pfs="$pfs $(onnode "basename \$(readlink /sys/bus/pci/devices/$v/physfn)")"; done
   set -- $pfs
   [ $# = 2 ] && [ "$1" != "$2" ] || why="$why VFs '$vfs' are on PFs '$pfs', not one per PF;"
   for n in net1 net2; do
-    [ "$(inpod rail-2 "cat /sys/class/net/$n/carrier" 2>/dev/null)" = 1 ] || why="$why no $n with carrier in the pod;"
+    [ "$(k -n team-a exec rail-2 -- cat /sys/class/net/$n/carrier 2>/dev/null)" = 1 ] || why="$why no $n with carrier in the pod;"
   done
-  rows=$(onnode "/usr/sbin/ip link show $PF1 | grep -c 'vlan 100'; /usr/sbin/ip link show $PF2 | grep -c 'vlan 100'" 2>/dev/null | tr '\n' ' ')
-  [ "$rows" = "1 1 " ] || why="$why VLAN 100 rows on PF1/PF2: $rows (want 1 1);"
+  rows=$(onnode "/usr/sbin/ip link show $PF1 | grep -c 'vlan 301'; /usr/sbin/ip link show $PF2 | grep -c 'vlan 301'" 2>/dev/null | tr '\n' ' ')
+  [ "$rows" = "1 1 " ] || why="$why VLAN 301 rows on PF1/PF2: $rows (want 1 1);"
   policy=$(onnode 'grep -o "topologyManagerPolicy: .*" /k8s/run/kubelet.yaml' 2>/dev/null)
-  if [ -z "$why" ]; then pass "two-vf-pod-one-per-pf(rail-2 got $vfs on PFs$pfs; net1 and net2 up; kubelet $policy)"
+  if [ -z "$why" ]; then pass "two-vf-pod-one-per-pf(team-a/rail-2 got $vfs on PFs$pfs; net1 and net2 up, VLAN 301 on each PF; kubelet $policy)"
   else fail two-vf-pod-one-per-pf "$why"; fi
 else
-  fail two-vf-pod-one-per-pf "rail-2 not Ready: $(k describe pod rail-2 2>&1 | tail -4 | tr '\n' ' ')"
+  fail two-vf-pod-one-per-pf "rail-2 not Ready: $(k -n team-a get events --field-selector involvedObject.name=rail-2 -o 'jsonpath={.items[*].message}' 2>&1 | tail -c 600)"
 fi
 
 # The metrics endpoint, scraped on the node with curl: the allocation, as the kubelet's checkpoint has it.
@@ -87,7 +88,7 @@ a=$(metric sriov_rdma_vfs_allocated "$r"); calls=$(metric sriov_rdma_allocate_ca
 if [ "$a" = 2 ] && [ "${calls:-0}" -ge 1 ]; then
   pass "metrics-allocation(curl 127.0.0.1:9411/metrics on the node: sriov_rdma_vfs_allocated{$r} $a, sriov_rdma_allocate_calls_total{$r} $calls)"
 else fail metrics-allocation "vfs_allocated=${a:-absent} allocate_calls=${calls:-absent}: $(metrics | grep rail | head -5 | tr '\n' ' ')"; fi
-k delete pod rail-2 --wait=false >/dev/null; gone rail-2
+k -n team-a delete pod rail-2 --wait=false >/dev/null; k -n team-a wait --for=delete pod/rail-2 --timeout=120s >/dev/null 2>&1
 
 # A health change: PF2's link down makes its two rail VFs Unhealthy (allocatable 4 → 2), up makes them Healthy.
 down='health="Unhealthy",reason="pf_link_down"'; upl='health="Healthy",reason="ok"'
@@ -120,7 +121,7 @@ for _ in $(seq 1 150); do ALLOC=$(allocatable); [ "${ALLOC#rail=0 }" = "pf1=4 pf
 if [ "${ALLOC#rail=0 }" = "pf1=4 pf2=2 rxe=2 vfio=1" ] || [ "${ALLOC#rail= }" = "pf1=4 pf2=2 rxe=2 vfio=1" ]; then
   pass "config-restored(the original config.json back: allocatable $ALLOC, pod $(dp_pod))"
 else fail config-restored "allocatable $ALLOC"; fi
-k delete nad sriov-rdma-rail >/dev/null 2>&1
+k -n team-a delete nad rail-net >/dev/null 2>&1
 
 # --- a NAD migrated from sriov-cni + rdma-cni by changing only the first type: refused by the plugin, nothing changed ---
 cat <<EOF | k apply -f - >/dev/null
@@ -137,7 +138,7 @@ EOF
 pod chain-1 sriov-rdma-chain sriov-rdma/pf1 | k apply -f - >/dev/null
 ev=""
 for _ in $(seq 1 120); do
-  ev=$(k get events --field-selector involvedObject.name=chain-1 -o 'jsonpath={.items[*].message}' 2>/dev/null | grep -o 'chains rdma-cni[^;]*remove the {"type": "rdma"} entry' | head -1)
+  ev=$(k get events --field-selector involvedObject.name=chain-1 -o 'jsonpath={.items[*].message}' 2>/dev/null | grep -o 'chains rdma-cni.*remove the {"type": "rdma"} entry' | head -1)
   [ -n "$ev" ] && break; sleep 1
 done
 k delete pod chain-1 --wait=false >/dev/null; gone chain-1
