@@ -11,7 +11,11 @@
 //! `cni-bench [ROUNDS]` on this host (root; creates and removes the veths `bnch*` and the netns `bnchns*`);
 //! `cni-bench --vf PCI [ROUNDS]` on a real VF (real sysfs), as `make bench-vm` runs it;
 //! `cni-bench --vfs PCI,PCI,... [ROUNDS]` on several real VFs: the first for the serial table, all of them
-//! for a parallel row. `--parallel 8,16` sets the batch sizes on the host (`0`: no parallel rows);
+//! for a parallel row. On real VFs, when sriov-cni is installed beside sriov-rdma (`/opt/cni/bin/sriov`, and
+//! its main as `sriov-main`, rdma-cni as `rdma`: the emulated machine's initramfs), the rounds also run the
+//! anchor rows on the same VF with the same settings (VLAN 100, spoofchk on, trust on, no IPAM): sriov-rdma,
+//! sriov-cni v2.10.0, sriov-cni main, and sriov-cni chained with rdma-cni (an rdma-cni step that fails is
+//! counted, said, and its row marked a lower bound); then the table "Against sriov-cni" of their ratios. `--parallel 8,16` sets the batch sizes on the host (`0`: no parallel rows);
 //! `--sample-us N` the sampling period (`0`: no sampling, no user/sys split).
 
 mod bench_util;
@@ -99,6 +103,11 @@ fn cleanup(dir: &Path, n: usize) {
 /// Runs one CNI invocation and reaps it with `wait4`: the rusage of the plugin process, which includes the
 /// children it waited for (an IPAM plugin).
 fn invoke(plugin: &Path, env: &HashMap<&str, String>, conf: &str) -> Result<Cpu, String> {
+    invoke_out(plugin, env, conf).map(|(cpu, _)| cpu)
+}
+
+/// `invoke`, with what the plugin printed on stdout (its result).
+fn invoke_out(plugin: &Path, env: &HashMap<&str, String>, conf: &str) -> Result<(Cpu, String), String> {
     let cmd = env.get("CNI_COMMAND").map(String::as_str).unwrap_or("?");
     let mut child = Command::new(plugin)
         .envs(env)
@@ -148,20 +157,26 @@ fn invoke(plugin: &Path, env: &HashMap<&str, String>, conf: &str) -> Result<Cpu,
     if let Some(p) = problem {
         return Err(fail(p));
     }
-    Ok(Cpu::from_rusage(&ru))
+    Ok((Cpu::from_rusage(&ru), out))
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     SriovRdma,
     HostDevice,
+    /// sriov-cni (`"type": "sriov"`), the plugin users migrate from.
+    SriovCni,
 }
 
 struct Case {
     name: &'static str,
     kind: Kind,
     ipam: bool,
+    /// Extra keys of the network config (the anchor rows' VF settings), `,"key":value...`.
+    settings: &'static str,
     plugin: PathBuf,
+    /// A plugin chained after `plugin` (rdma-cni): ADD with the first one's result as `prevResult`, DEL first.
+    chained: Option<PathBuf>,
     row: Row,
 }
 
@@ -170,16 +185,26 @@ struct Case {
 struct Row {
     samples: Vec<Sample>,
     split: Split,
+    /// Measured rounds in which the chained plugin failed (the cycle went on), and its first error.
+    chain_failures: usize,
+    chain_error: Option<String>,
 }
+
+/// The VF settings of the anchor rows, the same for every plugin.
+const ANCHOR_SETTINGS: &str = r#","vlan":100,"spoofchk":"on","trust":"on""#;
 
 impl Case {
     fn conf(&self, vf: &Vf) -> String {
         let ipam = if self.ipam { r#","ipam":{"type":"static","addresses":[{"address":"10.99.0.2/24"}]}"# } else { "" };
+        let set = self.settings;
         match self.kind {
             Kind::SriovRdma => format!(
-                r#"{{"cniVersion":"1.0.0","name":"bench","type":"sriov-rdma","deviceID":"{}","logLevel":"error"{ipam}}}"#,
+                r#"{{"cniVersion":"1.0.0","name":"bench","type":"sriov-rdma","deviceID":"{}","logLevel":"error"{set}{ipam}}}"#,
                 vf.pci
             ),
+            Kind::SriovCni => {
+                format!(r#"{{"cniVersion":"1.0.0","name":"bench","type":"sriov","deviceID":"{}"{set}{ipam}}}"#, vf.pci)
+            }
             Kind::HostDevice => {
                 format!(r#"{{"cniVersion":"1.0.0","name":"bench","type":"host-device","device":"{}"{ipam}}}"#, vf.dev)
             }
@@ -198,20 +223,49 @@ fn env_for<'a>(base: &HashMap<&'a str, String>, vf: &Vf, command: &str) -> HashM
 }
 
 /// One ADD+DEL of `c` on `vf`. When ADD fails, DEL still runs (to leave the VF on the host) before the error
-/// is returned.
-fn cycle(c: &Case, vf: &Vf, base: &HashMap<&str, String>, sampling: Option<u64>) -> Result<Sample, String> {
+/// is returned. With a chained plugin: ADD, the chained ADD (given ADD's result), the chained DEL, DEL, as a
+/// runtime runs a conflist; a failing chained step does not end the cycle: its error is returned beside the
+/// sample (the cycle then did less than a working chain would, so its time is a lower bound).
+fn cycle(
+    c: &Case,
+    vf: &Vf,
+    base: &HashMap<&str, String>,
+    sampling: Option<u64>,
+) -> Result<(Sample, Option<String>), String> {
     let conf = c.conf(vf);
     let add_env = env_for(base, vf, "ADD");
     let del_env = env_for(base, vf, "DEL");
     let sampler = start_sampler(sampling)?;
     let t = Instant::now();
-    let a = invoke(&c.plugin, &add_env, &conf);
-    let d = invoke(&c.plugin, &del_env, &conf);
+    let mut chain_error = None;
+    let (a, d) = match &c.chained {
+        None => (invoke(&c.plugin, &add_env, &conf), invoke(&c.plugin, &del_env, &conf)),
+        Some(next) => {
+            let a = invoke_out(&c.plugin, &add_env, &conf);
+            let prev = a.as_ref().map(|(_, out)| out.trim().to_string()).unwrap_or_default();
+            let prev = if prev.is_empty() { "{}".to_string() } else { prev };
+            let next_conf = format!(
+                r#"{{"cniVersion":"1.0.0","name":"bench","type":"rdma","deviceID":"{}","prevResult":{prev}}}"#,
+                vf.pci
+            );
+            let mut ru = Cpu::default();
+            for (what, env) in [("ADD", &add_env), ("DEL", &del_env)] {
+                match invoke(next, env, &next_conf) {
+                    Ok(r) => ru = ru.add(r),
+                    Err(e) => {
+                        chain_error.get_or_insert(format!("{what}: {e}"));
+                    }
+                }
+            }
+            let d = invoke(&c.plugin, &del_env, &conf);
+            (a.map(|(r, _)| r.add(ru)), d)
+        }
+    };
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let split = sampler.map(|s| s.finish(Some(std::process::id()))).unwrap_or_default();
     let (a, d) = (a.map_err(|e| format!("{}: {e}", c.name))?, d.map_err(|e| format!("{}: {e}", c.name))?);
     let ru = a.add(d);
-    Ok(Sample { ms, ru, cpu_ms: ru.total_ms(), split })
+    Ok((Sample { ms, ru, cpu_ms: ru.total_ms(), split }, chain_error))
 }
 
 fn start_sampler(sampling: Option<u64>) -> Result<Option<Sampler>, String> {
@@ -278,6 +332,9 @@ struct Target {
     what: String,
     what_many: String,
     parallel: Vec<usize>,
+    /// The directory holding sriov-cni (`sriov`, `sriov-main`) and rdma-cni (`rdma`), when they are installed:
+    /// the anchor rows.
+    anchors: Option<PathBuf>,
 }
 
 enum Mode {
@@ -367,6 +424,7 @@ fn main() {
                     what: "a stand-in VF (veth)".into(),
                     what_many: "stand-in VFs (veths)".into(),
                     parallel,
+                    anchors: None,
                 };
                 run(n, &t, &extra, sampling)
             });
@@ -440,7 +498,9 @@ fn real_vfs(pcis: &[String]) -> Result<Target, String> {
         vfs.push(Vf { dev, pci: pci.clone(), netns: netns_name(i) });
     }
     let cni_path = if Path::new("/opt/cni/bin/static").exists() { "/opt/cni/bin" } else { CNI_PATH };
+    let anchors = Path::new("/opt/cni/bin");
     Ok(Target {
+        anchors: anchors.join("sriov").exists().then(|| anchors.to_path_buf()),
         what: format!("real VF {} ({})", vfs[0].pci, vfs[0].dev),
         what_many: "real VFs".into(),
         parallel: if vfs.len() > 1 { vec![vfs.len()] } else { vec![] },
@@ -459,14 +519,34 @@ fn run(n: usize, t: &Target, extra: &HashMap<&'static str, String>, sampling: Op
     base.insert("CNI_PATH", t.cni_path.clone());
     let case = |name, kind, ipam| {
         let plugin = if kind == Kind::SriovRdma { plugin.clone() } else { host_device.clone() };
-        Case { name, kind, ipam, plugin, row: Row::default() }
+        Case { name, kind, ipam, settings: "", plugin, chained: None, row: Row::default() }
     };
-    let mut cases = [
+    let mut cases = vec![
         case("sriov-rdma ADD+DEL", Kind::SriovRdma, false),
         case("sriov-rdma ADD+DEL, static IPAM", Kind::SriovRdma, true),
         case("host-device ADD+DEL (Debian)", Kind::HostDevice, false),
         case("host-device ADD+DEL, static IPAM", Kind::HostDevice, true),
     ];
+    // The anchor rows: same VF, same settings, interleaved with the rows above in every round.
+    if let Some(dir) = &t.anchors {
+        let anchor = |name, kind, bin: &str, chained: Option<&str>| Case {
+            name,
+            kind,
+            ipam: false,
+            settings: ANCHOR_SETTINGS,
+            plugin: if kind == Kind::SriovRdma { plugin.clone() } else { dir.join(bin) },
+            chained: chained.map(|c| dir.join(c)),
+            row: Row::default(),
+        };
+        cases.push(anchor("sriov-rdma, vlan+spoofchk+trust", Kind::SriovRdma, "", None));
+        cases.push(anchor("sriov-cni v2.10.0, same", Kind::SriovCni, "sriov", None));
+        if dir.join("sriov-main").exists() {
+            cases.push(anchor("sriov-cni main 1b7acc5b, same", Kind::SriovCni, "sriov-main", None));
+        }
+        if dir.join("rdma").exists() {
+            cases.push(anchor("sriov-cni v2.10.0 + rdma-cni v1.6.0", Kind::SriovCni, "sriov", Some("rdma")));
+        }
+    }
     let sampling = match sampling.map(Sampler::start) {
         None => None,
         Some(Ok(_)) => sampling,
@@ -499,15 +579,20 @@ fn run(n: usize, t: &Target, extra: &HashMap<&'static str, String>, sampling: Op
             floor.cycle_on_thread(false, None).map_err(|e| format!("floor: {e}"))?,
             floor.cycle_on_thread(true, None).map_err(|e| format!("floor with link up: {e}"))?,
         ];
-        for c in cases.iter() {
-            got.push(cycle(c, vf0, &base, None)?);
+        for c in cases.iter_mut() {
+            let (s, chain_error) = cycle(c, vf0, &base, None)?;
+            if let (Some(e), true) = (chain_error, keep) {
+                c.row.chain_failures += 1;
+                c.row.chain_error.get_or_insert(e);
+            }
+            got.push(s);
         }
         let mut split = vec![Split::default(); got.len()];
         if sampling.is_some() {
             split[0] = floor.cycle_on_thread(false, sampling).map_err(|e| format!("floor: {e}"))?.split;
             split[1] = floor.cycle_on_thread(true, sampling).map_err(|e| format!("floor with link up: {e}"))?.split;
             for (i, c) in cases.iter().enumerate() {
-                split[i + 2] = cycle(c, vf0, &base, sampling)?.split;
+                split[i + 2] = cycle(c, vf0, &base, sampling)?.0.split;
             }
         }
         if keep {
@@ -635,6 +720,7 @@ fn report(n: usize, t: &Target, floor: &Row, floor_up: &Row, cases: &[Case], par
         num(ru_user(1), 0),
         num(ru_user(3), 0)
     );
+    against(n, fm, cases);
     if par.is_empty() {
         return;
     }
@@ -682,6 +768,47 @@ fn report(n: usize, t: &Target, floor: &Row, floor_up: &Row, cases: &[Case], par
             r.n,
             num(med(&r.samples, |x| x.ms) / par_floor(r.n, false), 0),
             r.failures
+        );
+    }
+}
+
+/// The table "Against sriov-cni": the anchor rows (same VF, same settings) beside ours, wall time and CPU time
+/// (user+sys of the plugin processes, rusage) medians of the rounds, and each one's ratio to ours.
+fn against(n: usize, floor_ms: f64, cases: &[Case]) {
+    let rows: Vec<&Case> = cases.iter().filter(|c| !c.settings.is_empty()).collect();
+    let Some(ours) = rows.iter().find(|c| c.kind == Kind::SriovRdma) else { return };
+    let (ow, oc) = (med(&ours.row.samples, |x| x.ms), med(&ours.row.samples, |x| x.cpu_ms));
+    println!();
+    println!(
+        "Against sriov-cni: ADD+DEL on the same VF, vlan 100, spoofchk on, trust on, no IPAM; medians of {n} rounds"
+    );
+    println!(
+        "{:<36} {:>9} {:>8} {:>9} {:>13} {:>7} {:>7} {:>8}",
+        "case", "wall ms", "vs ours", "vs floor", "CPU ms (u+s)", "user", "sys", "vs ours"
+    );
+    for c in rows {
+        let s = &c.row.samples;
+        let (w, cpu) = (med(s, |x| x.ms), med(s, |x| x.cpu_ms));
+        let lower = if c.row.chain_failures > 0 { " (lower bound)" } else { "" };
+        println!(
+            "{:<36} {} {}x {}x {} {} {} {}x{lower}",
+            c.name,
+            num(w, 9),
+            num(w / ow, 7),
+            num(w / floor_ms, 8),
+            num(cpu, 13),
+            num(med(s, |x| x.ru.user_ms), 7),
+            num(med(s, |x| x.ru.sys_ms), 7),
+            num(cpu / oc, 7)
+        );
+    }
+    for c in cases.iter().filter(|c| c.row.chain_failures > 0) {
+        println!(
+            "{}: the chained plugin failed in {} of {n} rounds, so the row times less work than a working chain \
+             (a lower bound); first error: {}",
+            c.name,
+            c.row.chain_failures,
+            c.row.chain_error.as_deref().unwrap_or("?")
         );
     }
 }

@@ -2,7 +2,9 @@
 # Builds the emulated SR-IOV machine's initramfs for the kernel named by KERNEL (6.12 default, or 7):
 # busybox, the modules (igb, igbvf, veth, Soft-RoCE and the RDMA userspace interfaces, vfio-pci), iproute2,
 # the RDMA userspace (libibverbs with the rxe provider, ibv_* tools, perftest, rping) and iperf3,
-# sriov-rdma, the Debian IPAM plugins, and the scenario scripts as PID 1's work. Prints its path.
+# sriov-rdma, the Debian IPAM plugins, the plugins it is compared with (sriov-cni v2.10.0 as /opt/cni/bin/sriov,
+# its main 1b7acc5b as sriov-main, rdma-cni v1.6.0 as rdma; scripts/anchors.sh fetches and checks them), and the
+# scenario scripts as PID 1's work. Prints its path.
 set -euo pipefail
 trap 'echo "build-initramfs: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,6 +37,12 @@ done
 copy_bin "$top/target/release/cni-bench" /usr/sbin/cni-bench
 copy_bin "$top/target/release/netns-floor" /usr/sbin/netns-floor
 [ -x "$cache/cnitool" ] && copy_bin "$cache/cnitool" /usr/sbin/cnitool
+# The anchors (static Go builds): the behaviour table of tests/vm/anchors.sh and the anchor rows of make bench-vm.
+anchors=$("$top/scripts/anchors.sh" sriov-cni-v2.10.0 sriov-cni-1b7acc5b rdma-cni-v1.6.0 | tail -1) \
+  || { echo "build-initramfs: scripts/anchors.sh could not provide sriov-cni and rdma-cni" >&2; exit 1; }
+copy_bin "$anchors/sriov-cni-v2.10.0" /opt/cni/bin/sriov
+copy_bin "$anchors/sriov-cni-1b7acc5b" /opt/cni/bin/sriov-main
+copy_bin "$anchors/rdma-cni-v1.6.0" /opt/cni/bin/rdma
 
 # RDMA userspace: libibverbs finds the rxe provider through /etc/libibverbs.d/rxe.driver and dlopens it by
 # full path; glibc dlopens libgcc_s.so.1 when a thread exits (rping aborts without it).
@@ -66,10 +74,10 @@ done | awk '!seen[$0]++' | while read -r ko; do
   esac
 done
 # A script that does not parse would end the machine's job early: refused here, before a boot.
-for f in init.sh scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh lifecycle.sh doctor.sh rdma-probe.sh; do
+for f in init.sh scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh lifecycle.sh doctor.sh anchors.sh rdma-probe.sh; do
   /bin/busybox sh -n "$here/$f" || { echo "build-initramfs: $here/$f does not parse (busybox sh -n)" >&2; exit 1; }
 done
 cp "$here/init.sh" "$root/init"; chmod +x "$root/init"
-for f in scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh lifecycle.sh doctor.sh; do cp "$here/$f" "$root/$f"; done
+for f in scenarios.sh demo.sh vmlib.sh rdmalib.sh rdma.sh lifecycle.sh doctor.sh anchors.sh; do cp "$here/$f" "$root/$f"; done
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out"
 echo "$out"

@@ -24,7 +24,12 @@ case "$mode" in
   demo) sh /demo.sh 2>&1 ;;
   probe) sh /rdma-probe.sh 2>&1 ;;
   # In a subshell: a failed setup exits it (not PID 1) and its RESULT line is printed.
-  bench) ( . /vmlib.sh >/tmp/setup.log; grep '^RESULT setup' /tmp/setup.log; /usr/sbin/cni-bench --vfs "$(VFP 1),$(VFP 0),$(VFP 2),$(VFP 3),$(VFP 4),$(VFP 5),$(VFP 6)" "$rounds" 2>&1 | sed 's/^/BENCH /' )
+  # rdma-cni (the chained anchor row) needs the RDMA subsystem in exclusive netns mode, which can be set only
+  # while no netns but the host's exists: before cni-bench makes its pod namespaces.
+  bench) ( . /vmlib.sh >/tmp/setup.log; grep '^RESULT setup' /tmp/setup.log
+         /usr/sbin/rdma system set netns exclusive 2>&1 | sed 's/^/BENCH rdma system set netns exclusive: /'
+         echo "BENCH RDMA $(/usr/sbin/rdma system show 2>&1 | head -1) (rdma system show); RDMA devices: $(/usr/sbin/rdma dev 2>&1 | wc -l)"
+         /usr/sbin/cni-bench --vfs "$(VFP 1),$(VFP 0),$(VFP 2),$(VFP 3),$(VFP 4),$(VFP 5),$(VFP 6)" "$rounds" 2>&1 | sed 's/^/BENCH /' )
          grep -q '^RESULT setup PASS' /tmp/setup.log || grep '^RESULT setup FAIL' /tmp/setup.log ;;
   # scenarios.sh ends with SCENARIOSDONE; its exit status is said too (tests/vm/results.sh).
   *) sh /scenarios.sh 2>&1; echo "VMLOG scenarios.sh exit status $?" ;;

@@ -36,6 +36,11 @@ expected() {
   # doctor.sh
   printf '%s\n' doctor-pcie-link-of-the-emulated-igb doctor-roce-mtu-mismatch \
     doctor-vf-carrier-changes-when-its-pf-link-cycles doctor-rxe-counters-moved doctor-says-why-a-vf-is-unhealthy
+  # anchors.sh: our column of the cases run on both plugins
+  printf '%s\n' anchors-admin-mac-trust-off anchors-mtu-9000
+  for _ in $(seq 1 8); do echo anchors-combo; done
+  printf '%s\n' anchors-del-after-netns-gone anchors-ipam-fails-after-move anchors-del-twice \
+    anchors-check-after-hand-made-vlan-change anchors-sigkill-mid-add-then-del anchors-parallel-4-adds-one-pf
 }
 
 [ -r "$log" ] || { echo "e2e[$kernel]: no console log $log"; echo "e2e[$kernel]: 0 passed, 1 failed"; exit 1; }

@@ -8,13 +8,14 @@
 #                     tests/k8s/e2e.sh runs the control plane on this host and boots the machine itself)
 # KERNEL=6.12 (Debian bookworm-backports, default) or KERNEL=7 (trixie-backports) picks the guest kernel;
 # a list (KERNEL="6.12 7") runs the job once per kernel, one after the other, and fails if any run fails.
-# RESULT and PROBE lines are printed as RESULT[kernel] / PROBE[kernel].
+# RESULT and PROBE lines are printed as RESULT[kernel] / PROBE[kernel]; e2e also prints the ANCHOR lines (the table
+# of tests/vm/anchors.sh: what the kernel showed after each case on this plugin and on sriov-cni v2.10.0).
 set -euo pipefail
 mode=${1:-e2e}; n=${2:-20}
 here=$(cd "$(dirname "$0")" && pwd)
 kernels=${KERNEL:-6.12}
 case "$mode" in
-  e2e) filter='^(RESULT|VMLOG)' ;;
+  e2e) filter='^(RESULT|VMLOG|ANCHOR)' ;;
   demo) filter='^DEMO' ;;
   bench) filter='^(BENCH|VMLOG|RESULT)' ;;
   probe) filter='^(PROBE|VMLOG)' ;;
@@ -64,7 +65,7 @@ boot() {
     -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on sriov_rdma=$mode sriov_rdma_n=$n" >"$raw" 2>&1 </dev/null &
   qpid=$!
   tail -n +1 -f --pid=$qpid "$raw" | tr -d '\r' | sed -u -E 's/\x1b(\[[0-9;?]*[a-zA-Z]|c)//g' | tee "$log" \
-    | grep -a --line-buffered -E "$filter" | sed -u -E -e 's/^(DEMO ?|BENCH )//' -e "s/^(RESULT|PROBE) /\\1[$kernel] /" &
+    | grep -a --line-buffered -E "$filter" | sed -u -E -e 's/^(DEMO ?|BENCH )//' -e "s/^(RESULT|PROBE|ANCHOR) /\\1[$kernel] /" &
   fpid=$!
   # A TCG guest can wedge at boot (seen once: RCU stalls, a CPU's timer never firing): with no line from the
   # job after 180 s, it is stopped (by its PID) rather than left to the 600 s limit.

@@ -608,4 +608,6 @@ done
 # doctor's link and bandwidth questions (last: it cycles the PF's link).
 include /lifecycle.sh
 include /doctor.sh
+# The same cases on sriov-cni v2.10.0, side by side with ours (anchors.sh; last: it resets the VFs it uses).
+include /anchors.sh
 echo SCENARIOSDONE
