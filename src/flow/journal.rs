@@ -260,7 +260,7 @@ impl<'a> Apply<'a> {
     fn move_into_pod(&mut self) -> CniResult<()> {
         let (rec, env) = (&self.rec, self.s.env);
         let Some(orig) = &rec.netdev else { return Ok(()) };
-        let host_index = orig.index;
+        let (host_index, host_mtu) = (orig.index, orig.mtu);
         self.s
             .host
             .route
@@ -273,16 +273,16 @@ impl<'a> Apply<'a> {
             .ctx(|| format!("looking up {} in {}", env.ifname, env.netns))?
             .ok_or_else(|| CniError::io(format!("VF {} vanished after the move into {}", rec.pci, env.netns)))?;
         // The MAC needs nothing here: an admin MAC was made the netdev's own before the move (take_admin_mac).
+        let mtu = pod_mtu(self.s.conf.mtu, host_mtu);
         let mut attrs = Vec::new();
-        if let Some(mtu) = self.s.conf.mtu.filter(|m| *m != l.mtu) {
+        if mtu != l.mtu {
             attrs.push(LinkAttribute::Mtu(mtu));
         }
         self.pod
             .route
             .set_link(l.index, attrs, Some(true))
             .ctx(|| format!("setting the MTU and bringing up {} in {}", env.ifname, env.netns))?;
-        let mtu = self.s.conf.mtu.unwrap_or(l.mtu);
-        // CHECK compares with what ADD left, which after a driver rebind is the driver's default.
+        // CHECK compares with what ADD left.
         self.rec.mtu = Some(mtu);
         self.rec.pod_index = Some(l.index);
         if l.index != host_index {
@@ -293,6 +293,14 @@ impl<'a> Apply<'a> {
         self.moved = Some(Link { mtu, ..l });
         Ok(())
     }
+}
+
+/// The MTU of the pod's interface: the configured one, else the one the netdev had on the host before ADD. A driver
+/// rebind during ADD (igb taking an admin MAC with trust off, mlx5 a GUID) brings the netdev back with the
+/// driver's default (1500), which the pod must not get instead of the VF's own (sriov-cni, which does not rebind,
+/// leaves the VF's MTU).
+fn pod_mtu(configured: Option<u32>, host: u32) -> u32 {
+    configured.unwrap_or(host)
 }
 
 /// What an undo left: every failure (it keeps going past them) and the VF netdev's name on the host at the end.
@@ -519,6 +527,13 @@ mod tests {
     use crate::kernel::vf::fake::RecordingPf;
     use crate::model::{LinkState, VlanProto};
     use crate::vf_setting::{SpoofChk, Trust, TxRate, VfLinkState, Vlan};
+
+    #[test]
+    fn the_pod_gets_the_configured_mtu_else_the_vfs_own_never_a_rebound_drivers_default() {
+        assert_eq!(pod_mtu(Some(4000), 9000), 4000, "the network's mtu");
+        // The VF had 9000 on the host; igb's rebind for an admin MAC brought it back at 1500.
+        assert_eq!(pod_mtu(None, 9000), 9000, "the VF's own MTU, whatever the rebound netdev has");
+    }
 
     #[test]
     fn the_undo_loop_takes_the_journal_newest_first() {

@@ -41,7 +41,11 @@ netdev() {
   else echo "netdev=none"; fi
 }
 # records and leases: the files of both plugins' stores, and the addresses host-local holds on the network
-records() { echo "rec=$(ls /var/lib/cni/sriov-rdma/*.json /var/lib/cni/sriov/* 2>/dev/null | wc -l)"; }
+# (rec=<our records>+<sriov-cni's files under /var/lib/cni/sriov, by name>)
+records() {
+  echo "rec=$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -c '\.json$')+$(find /var/lib/cni/sriov -type f 2>/dev/null \
+    | sed 's|^/var/lib/cni/sriov/||' | sort | tr '\n' ',')"
+}
 leases() { echo "leases=$(ls "$LEASES" 2>/dev/null | grep -c '^[0-9]')"; }
 # seen [NETNS] [I]: everything above for VF I (default $AI)
 seen() { i=${2:-$AI}; echo "$(pfrow $i) $(netdev "$(VFP $i)" "$1") $(records) $(leases)"; }
@@ -103,7 +107,9 @@ for who in ours sriov-cni; do
   if [ $who = ours ]; then
     why=""
     [ $ra = 0 ] || why="ADD: $E"
-    case "$A" in *"pf[mac=02:00:00:00:dd:01 "*"trust=off]"*"pod:net1/02:00:00:00:dd:01/"*) ;; *) why="$why after ADD: $A" ;; esac
+    # The pod's MTU is the VF's own (igb's rebind for the admin MAC must not leave the driver's 1500).
+    eval "vmtu=\$B_${AI}_MTU"
+    case "$A" in *"pf[mac=02:00:00:00:dd:01 "*"trust=off]"*"pod:net1/02:00:00:00:dd:01/$vmtu "*) ;; *) why="$why after ADD: $A" ;; esac
     [ $rd = 0 ] && [ "$B" = "$D" ] || why="$why DEL=$rd: $D"
     verdict "anchors-admin-mac-trust-off($pm)" "$why"
   fi
