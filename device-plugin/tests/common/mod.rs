@@ -72,6 +72,8 @@ impl Node {
         let p = |d: &str| self.dir.join(d).display().to_string();
         c.args(["--kubelet-dir", &p("kubelet"), "--sysfs", &p("sys"), "--dev-root", &p("dev")])
             .args(["--devinfo-dir", &p("devinfo"), "--state-dir", &p("state"), "--poll-ms", "200"])
+            // A fake sysfs sends no events: the slow polls, made short, stand in for the kernel's events.
+            .args(["--full-poll-ms", "1000"])
             .args(extra)
             .env_remove("RDMA_RESOURCE_NAME")
             .env_remove("RDMA_DEVICE_SPEC_STR");
