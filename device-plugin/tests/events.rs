@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// The namespace, deleted (with its veth) when the test ends.
@@ -46,21 +46,10 @@ async fn a_pf_link_going_down_reaches_list_and_watch_within_a_second_with_a_minu
     std::fs::remove_dir_all(&class).unwrap();
     std::os::unix::fs::symlink("/sys/class/net/ens1f0", &class).unwrap();
     let mut kubelet = Kubelet::start(&node.kubelet_dir());
-    let p = |d: &str| node.dir.join(d).display().to_string();
-    let log = std::fs::File::create(node.dir.join("plugin.log")).unwrap();
     // `ip netns exec` execs the daemon: the child's PID is the daemon's.
-    let child = Command::new("ip")
-        .args(["netns", "exec", &ns.0])
-        .arg(daemon_bin())
-        .args(["--kubelet-dir", &p("kubelet"), "--sysfs", &p("sys"), "--dev-root", &p("dev")])
-        .args(["--devinfo-dir", &p("devinfo"), "--state-dir", &p("state"), "--poll-ms", "60000"])
-        .env_remove("RDMA_RESOURCE_NAME")
-        .env_remove("RDMA_DEVICE_SPEC_STR")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("starting the plugin");
-    let plugin = Plugin { child, log: node.dir.join("plugin.log") };
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &ns.0]).arg(daemon_bin());
+    let plugin = spawn_on(&node, c, &["--poll-ms", "60000"]);
     let reg = kubelet.next_registration(Duration::from_secs(15)).await;
     let mut s =
         kubelet.dial(&reg).await.list_and_watch(sriov_rdma_device_plugin::api::Empty {}).await.unwrap().into_inner();

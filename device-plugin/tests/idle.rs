@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use std::process::Stdio;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,23 +12,13 @@ async fn an_idle_daemon_uses_next_to_no_cpu() {
     let node = Node::new("idle");
     add_rails(&node, 8, 64);
     let mut kubelet = Kubelet::start(&node.kubelet_dir());
-    let p = |d: &str| node.dir.join(d).display().to_string();
-    let log = std::fs::File::create(node.dir.join("plugin.log")).unwrap();
     // The defaults: no --poll-ms, as a node runs it.
-    let child = std::process::Command::new(daemon_bin())
-        .args(["--kubelet-dir", &p("kubelet"), "--sysfs", &p("sys"), "--dev-root", &p("dev")])
-        .args(["--devinfo-dir", &p("devinfo"), "--state-dir", &p("state")])
-        .env_remove("RDMA_RESOURCE_NAME")
-        .env_remove("RDMA_DEVICE_SPEC_STR")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("starting the plugin");
-    let plugin = Plugin { child, log: node.dir.join("plugin.log") };
+    let plugin = spawn_on(&node, std::process::Command::new(daemon_bin()), &[]);
     let reg = kubelet.next_registration(Duration::from_secs(15)).await;
     let mut s = kubelet.dial(&reg).await.list_and_watch(api_empty()).await.unwrap().into_inner();
     assert_eq!(next_list(&mut s, Duration::from_secs(10)).await.len(), 515);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // What start leaves behind (metrics, the offered list) is done well within 2 s.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let pid = plugin.child.id();
     let window = Duration::from_secs(4);
     let before = cpu_ticks(pid);
@@ -37,8 +26,9 @@ async fn an_idle_daemon_uses_next_to_no_cpu() {
     let used = cpu_ticks(pid) - before;
     let ms = used * 1000 / ticks_per_second();
     eprintln!("idle CPU over {window:?}: {ms} ms ({used} ticks) [{}]", daemon_bin().display());
-    // Measured on a 2-core host (debug builds): the timer-driven daemon of 50329ad 140 ms over 4 s, this one 0.
-    assert!(ms <= 10, "the daemon used {ms} ms of CPU over an idle {window:?}:\n{}", plugin.log());
+    // Measured on a 2-core host (debug builds): the timer-driven daemon of 50329ad 140 ms over 4 s, this one 0 (20 ms once, beside a compile and
+    // another test on 2 cores).
+    assert!(ms <= 30, "the daemon used {ms} ms of CPU over an idle {window:?}:\n{}", plugin.log());
 }
 
 fn api_empty() -> sriov_rdma_device_plugin::api::Empty {

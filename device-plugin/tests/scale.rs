@@ -9,7 +9,7 @@ use common::*;
 use prost::Message;
 use sriov_rdma_device_plugin::api;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 struct Figures {
@@ -31,19 +31,8 @@ fn rss_kb(pid: u32) -> u64 {
 
 async fn measure(node: &Node, bin: &Path, vfs: &[String], idle: Duration) -> Figures {
     let mut kubelet = Kubelet::start(&node.kubelet_dir());
-    let p = |d: &str| node.dir.join(d).display().to_string();
-    let log = std::fs::File::create(node.dir.join("plugin.log")).unwrap();
     let t0 = Instant::now();
-    let child = Command::new(bin)
-        .args(["--kubelet-dir", &p("kubelet"), "--sysfs", &p("sys"), "--dev-root", &p("dev")])
-        .args(["--devinfo-dir", &p("devinfo"), "--state-dir", &p("state")])
-        .env_remove("RDMA_RESOURCE_NAME")
-        .env_remove("RDMA_DEVICE_SPEC_STR")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("starting the plugin");
-    let plugin = Plugin { child, log: node.dir.join("plugin.log") };
+    let plugin = spawn_on(node, Command::new(bin), &[]);
     let reg = kubelet.next_registration(Duration::from_secs(60)).await;
     let mut dp = kubelet.dial(&reg).await;
     let mut s = dp.list_and_watch(api::Empty {}).await.unwrap().into_inner();

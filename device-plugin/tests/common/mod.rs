@@ -285,3 +285,21 @@ pub fn add_rails(node: &Node, pfs: u32, vfs: u32) -> Vec<String> {
     }
     all
 }
+
+/// Runs `c` (the daemon, or a command that execs it) with the node's paths and `extra`, nothing else: the
+/// defaults of a real node for what `extra` does not set. Its stderr in `<dir>/plugin.log`.
+pub fn spawn_on(node: &Node, mut c: Command, extra: &[&str]) -> Plugin {
+    let p = |d: &str| node.dir.join(d).display().to_string();
+    let log = fs::File::create(node.dir.join("plugin.log")).unwrap();
+    let child = c
+        .args(["--kubelet-dir", &p("kubelet"), "--sysfs", &p("sys"), "--dev-root", &p("dev")])
+        .args(["--devinfo-dir", &p("devinfo"), "--state-dir", &p("state")])
+        .args(extra)
+        .env_remove("RDMA_RESOURCE_NAME")
+        .env_remove("RDMA_DEVICE_SPEC_STR")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting the plugin");
+    Plugin { child, log: node.dir.join("plugin.log") }
+}
