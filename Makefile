@@ -4,7 +4,7 @@ PODMAN ?= podman
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE ?= localhost/sriov-rdma
 
-.PHONY: all build release bench-bins image test unit e2e k8s-e2e k8s-components lint bench bench-vm install demo demo-host deps clean mutants
+.PHONY: all build release bench-bins image test unit e2e k8s-e2e k8s-components lint bench bench-scale bench-vm install demo demo-host deps clean mutants
 
 all: release
 
@@ -88,6 +88,14 @@ lint:
 # Side-by-side ADD+DEL timings and CPU time on stand-in VFs, one at a time and 8 and 16 at once (root).
 bench: deps release bench-bins
 	./target/release/cni-bench $(or $(N),30)
+
+# The device plugin at scale on a fake node (8 PFs x 127 VFs): start to first ListAndWatch, its size, idle CPU per
+# minute (IDLE seconds, default 60, scaled to a minute), VmRSS, Allocate latency. OLD_DP=<another build of
+# sriov-rdma-device-plugin> measures it too on the same node, with ratios (docs/benchmark.md says how the table
+# there was made). Debug builds (cargo test's); no root.
+bench-scale:
+	SRIOV_RDMA_DP_OLD_BIN=$(OLD_DP) SCALE_IDLE_SECONDS=$(or $(IDLE),60) \
+		$(CARGO) test -p sriov-rdma-device-plugin --test scale -- --ignored --nocapture
 
 # Mutation testing of the security paths (not in CI: a mutant is a rebuild and a test run, about a minute each on
 # 2 cores): cargo-mutants changes one thing at a time in these files and says which changes no test noticed

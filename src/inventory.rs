@@ -196,6 +196,47 @@ impl Inventory {
     pub fn pf_named(&self, name: &str) -> Option<&Pf> {
         self.pfs.iter().find(|p| p.netdev.as_deref() == Some(name))
     }
+
+    /// The netdev names of the PFs and VFs, whose link events matter to a holder of this snapshot.
+    pub fn netdevs(&self) -> Vec<String> {
+        let vfs = self.vfs().filter_map(|(_, v)| v.netdev.clone());
+        self.pfs.iter().filter_map(|p| p.netdev.clone()).chain(vfs).collect()
+    }
+
+    /// Re-reads only each PF netdev's `operstate`, the cheap answer to a link event (a full [`Inventory::scan`]
+    /// walks every VF). True if one changed.
+    pub fn reread_links(&mut self, sysfs: &Sysfs) -> bool {
+        let mut changed = false;
+        for pf in &mut self.pfs {
+            let now = pf.netdev.as_ref().and_then(|n| read(&sysfs.root.join("class/net").join(n).join("operstate")));
+            if now != pf.operstate {
+                pf.operstate = now;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Re-reads only the state of the RDMA ports already known (an IB port follows its link without a netdev
+    /// event of its own). True if one changed.
+    pub fn reread_ports(&mut self, sysfs: &Sysfs) -> bool {
+        let mut changed = false;
+        for dev in self.pfs.iter_mut().flat_map(|p| p.vfs.iter_mut()).flat_map(|v| v.rdma.iter_mut()) {
+            for port in &mut dev.ports {
+                let now = port_state(sysfs, &dev.name, port.num);
+                if now != port.state {
+                    port.state = now;
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
+}
+
+/// The state word of an RDMA port (`4: ACTIVE` reads `ACTIVE`).
+fn port_state(sysfs: &Sysfs, dev: &str, port: u32) -> Option<String> {
+    sysfs.ib_port_attr(dev, port, "state").map(|s| s.split_once(':').map(|(_, w)| w.trim().to_string()).unwrap_or(s))
 }
 
 /// A PF's VFs (index, PCI address) by the PF's netdev name, as ADD's pool reads them: the PF and its `virtfnN`
@@ -358,10 +399,7 @@ impl RdmaIndex {
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .map(|num| RdmaPort {
                 num,
-                // `4: ACTIVE`
-                state: sysfs
-                    .ib_port_attr(&name, num, "state")
-                    .map(|s| s.split_once(':').map(|(_, w)| w.trim().to_string()).unwrap_or(s)),
+                state: port_state(sysfs, &name, num),
                 link_layer: sysfs.ib_port_attr(&name, num, "link_layer"),
             })
             .collect();
@@ -535,5 +573,22 @@ mod tests {
         assert!(p.contains(&Unhealthy::PfLinkDown { pf: "ens1f0".into(), operstate: "down".into() }), "{p:?}");
         assert!(inv.vf(&pci("0000:3b:00.4")).is_none());
         assert_eq!(inv.pf_named("ens1f0").map(|p| p.vfs.len()), Some(2));
+    }
+
+    #[test]
+    fn rereading_links_and_ports_gives_what_a_full_scan_gives_and_says_whether_it_changed() {
+        let (s, t) = node("reread");
+        let mut inv = Inventory::scan(&s);
+        assert!(!inv.reread_links(&s) && !inv.reread_ports(&s), "nothing changed yet");
+        t.netdev_state("ens1f0", "down", 1).unwrap();
+        t.rdma_port("rxe0", 1, "4: ACTIVE", "Ethernet").unwrap();
+        t.rdma_port("mlx5_2", 1, "1: DOWN", "Ethernet").unwrap();
+        assert!(inv.reread_links(&s), "the PF's operstate changed");
+        assert!(inv.reread_ports(&s), "two ports changed");
+        assert_eq!(inv, Inventory::scan(&s));
+        let mut names = inv.netdevs();
+        names.sort();
+        assert_eq!(names, ["ens1f0", "ens1f0v0", "ens1f0v1"]);
+        let _ = fs::remove_dir_all(&s.root);
     }
 }

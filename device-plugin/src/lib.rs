@@ -17,6 +17,7 @@ pub mod podresources_api {
 pub mod alloc;
 pub mod config;
 pub mod devices;
+pub mod events;
 pub mod logging;
 pub mod metrics;
 pub mod numvfs;

@@ -11,14 +11,15 @@ use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
 use sriov_rdma_device_plugin::podresources;
 use sriov_rdma_device_plugin::server::{self, Timing};
-use sriov_rdma_device_plugin::{logging, metrics, reload};
+use sriov_rdma_device_plugin::{events, logging, metrics, reload};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 const USAGE: &str = concat!(
     "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug] [--log-level L] [--log-format text|json]\n",
-    "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR] [--poll-ms N]\n",
+    "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR]\n",
+    "         [--poll-ms N] [--full-poll-ms N]\n",
     "       sriov-rdma device-plugin --pod-resources [--socket PATH]\n",
     "       sriov-rdma device-plugin --version | --help\n",
     "Offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin API v1beta1).\n",
@@ -31,6 +32,8 @@ const USAGE: &str = concat!(
     "--metrics-addr ADDR (or SRIOV_RDMA_METRICS_ADDR, e.g. 127.0.0.1:9411): serve /metrics, /healthz, /readyz; off\n",
     "by default. The config file is re-read when it changes; --policy FILE [--policy-dir DIR, default\n",
     "/host/etc/sriov-rdma]: install this node policy now and whenever it changes.\n",
+    "Link and device events and file notifications drive it; without one, link and RDMA port state and the files\n",
+    "are read every --poll-ms (default 60000) and the node scanned every --full-poll-ms (default 600000).\n",
     "--log-level error|warning|info|debug (SRIOV_RDMA_LOG_LEVEL; default info, --debug is debug), --log-format\n",
     "text|json (SRIOV_RDMA_LOG_FORMAT; default text): one line per message on stderr, JSON as one object per line.\n",
     "See docs/device-plugin.md.\n",
@@ -50,6 +53,7 @@ struct Args {
     socket: Option<PathBuf>,
     paths: Paths,
     poll: Duration,
+    full_poll: Duration,
     metrics_addr: Option<std::net::SocketAddr>,
     policy: Option<PathBuf>,
     policy_dir: PathBuf,
@@ -82,7 +86,8 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             devinfo_dir: env_path("SRIOV_RDMA_DEVINFO_DIR", "/var/run/k8s.cni.cncf.io/devinfo/dp"),
             state_dir: env_path("SRIOV_RDMA_STATE_DIR", "/var/lib/cni/sriov-rdma"),
         },
-        poll: Duration::from_secs(2),
+        poll: Timing::default().poll,
+        full_poll: Timing::default().full_poll,
         metrics_addr: None,
         policy: None,
         policy_dir: PathBuf::from(sriov_rdma_cni::install::HOST_POLICY_DIR),
@@ -122,14 +127,14 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--metrics-addr" => a.metrics_addr = Some(addr(&value()?).map_err(|e| format!("--metrics-addr: {e}"))?),
             "--policy" => a.policy = Some(value()?.into()),
             "--policy-dir" => a.policy_dir = value()?.into(),
-            "--poll-ms" => {
+            "--poll-ms" | "--full-poll-ms" => {
                 let v = value()?;
                 let ms: u64 = v
                     .parse()
                     .ok()
                     .filter(|n| *n > 0)
-                    .ok_or_else(|| format!("--poll-ms: {v:?} is not a positive number"))?;
-                a.poll = Duration::from_millis(ms);
+                    .ok_or_else(|| format!("{flag}: {v:?} is not a positive number"))?;
+                *if flag == "--poll-ms" { &mut a.poll } else { &mut a.full_poll } = Duration::from_millis(ms);
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -207,7 +212,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let timing = Timing { poll: args.poll, ..Timing::default() };
+    let timing = Timing { poll: args.poll, full_poll: args.full_poll, ..Timing::default() };
     let sources = reload::Sources { config: args.config, policy: args.policy.map(|p| (p, args.policy_dir)) };
     std::process::exit(rt.block_on(run(config, args.paths, timing, sources, args.metrics_addr)));
 }
@@ -265,6 +270,20 @@ fn dry_run(config: &Config, paths: &Paths, sysfs: &Sysfs, outcomes: &[numvfs::Ou
     }
 }
 
+/// The directories the daemon follows with inotify: those of the config and the node policy (a ConfigMap mount
+/// swaps its files by a symbolic link in the directory), the kubelet's, and the CNI's state directory.
+fn watched_dirs(sources: &reload::Sources, paths: &Paths) -> events::Dirs {
+    use events::Change;
+    let parent = |f: &Path| f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    let mut watched = Vec::new();
+    for f in sources.config.iter().chain(sources.policy.as_ref().map(|(f, _)| f)) {
+        watched.push((parent(f), Change::Files));
+    }
+    watched.push((paths.kubelet_dir.clone(), Change::Kubelet));
+    watched.push((paths.state_dir.clone(), Change::State));
+    events::Dirs { watched }
+}
+
 async fn run(
     config: Config,
     paths: Paths,
@@ -285,18 +304,27 @@ async fn run(
         }
     }
     let paths = Arc::new(paths);
+    // Watched from the start: a kubelet that comes up later creates its socket there.
+    if let Err(e) = std::fs::create_dir_all(&paths.kubelet_dir) {
+        warn!("creating {}: {e}", paths.kubelet_dir.display());
+    }
+    let events = events::Events::start(&watched_dirs(&sources, &paths));
     let (mut watcher, lists) = server::Watcher::new(config.resources.clone(), paths.clone());
     // The first ListAndWatch answer is the node as it is, not an empty list.
     watcher.refresh().await;
+    let (kubelet_dir, _) = tokio::sync::watch::channel(0u64);
+    let shared = server::Shared { inventory: watcher.inventory(), kubelet_dir: kubelet_dir.subscribe() };
     metrics::get().set_resources(config.resources.iter().map(|r| r.name.as_str()));
     for (res, rx) in config.resources.iter().zip(lists) {
         if let Some(w) = devices::unmatched(res, &rx.borrow()) {
             warn!("{w}");
         }
-        tokio::spawn(server::serve(res.clone(), paths.clone(), rx, timing));
+        tokio::spawn(server::serve(res.clone(), paths.clone(), rx, shared.clone(), timing));
     }
     let current: reload::Current = Arc::new(std::sync::Mutex::new(config.resources.clone()));
-    tokio::spawn(reload::run(watcher, config.clone(), sources, paths.clone(), timing, current.clone()));
+    let cfg = config.clone();
+    let (p, cur) = (paths.clone(), current.clone());
+    tokio::spawn(reload::run(watcher, cfg, sources, p, timing, cur, events, kubelet_dir));
     let names: Vec<&str> = config.resources.iter().map(|r| r.name.as_str()).collect();
     info!("device plugin for {} started (kubelet dir {})", names.join(", "), paths.kubelet_dir.display());
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -1,16 +1,18 @@
-//! The daemon's loop: each round it reads the inventory (health, ListAndWatch updates, metrics) and looks at its
-//! config file and the node policy's ConfigMap file. The kubelet updates a mounted ConfigMap by swapping the
-//! `..data` symbolic link to a new directory, so the loop compares the files' content as read through the links,
-//! once a round (the files are small; a round is `--poll-ms`, 2 s by default): a swap, an edit in place and a
-//! file that comes back are all seen, with nothing to re-arm. A valid config is applied (resources added,
-//! changed, removed); an invalid one keeps the previous config and says why. A changed policy is installed like
-//! `sriov-rdma install --policy` does.
+//! The daemon's loop: it waits for a change (events.rs: link and device events, file-system notifications) or
+//! one of its slow polls, then does only what that change needs: re-read link and RDMA port state, scan the node,
+//! read the config file and the node policy's ConfigMap file again, or tell the servers that the kubelet's
+//! directory changed; it refreshes the metrics after each and beats for `/healthz`. The kubelet updates a mounted
+//! ConfigMap by swapping the `..data` symbolic link to a new directory, so the files' content is compared as read
+//! through the links after any event in their directory: a swap, an edit in place and a file that comes back are
+//! all seen. A valid config is applied (resources added, changed, removed); an invalid one keeps the previous
+//! config and says why. A changed policy is installed like `sriov-rdma install --policy` does.
 
 use crate::config::{Config, Resource};
 use crate::devices::Paths;
+use crate::events::{Change, Changes, Events};
 use crate::metrics;
-use crate::server::{self, Timing, Watcher};
-use sriov_rdma_cni::{error, info, warn};
+use crate::server::{self, Shared, Timing, Watcher};
+use sriov_rdma_cni::{debug, error, info, warn};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -56,7 +58,9 @@ impl Followed {
 }
 
 /// Runs the loop for as long as the daemon runs. `config` is the configuration the daemon started with, whose
-/// resources `watcher` already has and are served (and given to [`metrics::Metrics::set_resources`]).
+/// resources `watcher` already has and are served (and given to [`metrics::Metrics::set_resources`]). `kubelet_dir`
+/// is bumped on each change in the kubelet's directory (the servers' [`Shared::kubelet_dir`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     mut watcher: Watcher,
     mut config: Config,
@@ -64,55 +68,110 @@ pub async fn run(
     paths: Arc<Paths>,
     timing: Timing,
     current: Current,
+    mut events: Events,
+    kubelet_dir: tokio::sync::watch::Sender<u64>,
 ) {
     let mut config_file = sources.config.map(Followed::new);
     let mut policy = sources.policy.map(|(src, dir)| (Followed { path: src, last: None }, dir));
+    let shared = Shared { inventory: watcher.inventory(), kubelet_dir: kubelet_dir.subscribe() };
+    let start = tokio::time::Instant::now();
+    let every = |d: std::time::Duration| {
+        let mut i = tokio::time::interval_at(start + d, d);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    };
+    let (mut beat, mut poll, mut full) = (every(timing.heartbeat), every(timing.poll), every(timing.full_poll));
+    // The first round installs the policy the daemon starts with, as the init container does.
+    let mut c = Changes { files: true, ..Changes::default() };
     let mut first_round = true;
     loop {
-        if let Some(f) = config_file.as_mut() {
-            if let Some(new) = f.changed() {
-                let source = f.path.display().to_string();
-                apply(&mut watcher, &mut config, &source, new, &paths, timing, &current).await;
-            }
-        }
-        if let Some((f, dir)) = policy.as_mut() {
-            // Also when the file went (its optional ConfigMap was deleted): install_policy then leaves the node's.
-            if f.changed().is_some() {
-                let (src, dir) = (f.path.clone(), dir.clone());
-                let done = tokio::task::spawn_blocking(move || sriov_rdma_cni::install::install_policy(&src, &dir))
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()));
-                match &done {
-                    Ok(true) => info!("node policy {} installed", f.path.display()),
-                    Ok(false) => {}
-                    Err(e) => error!("node policy {}: {e}; the node's policy stays as it was", f.path.display()),
-                }
-                // The first round installs the policy the daemon starts with, as the init container does.
-                if !first_round {
-                    metrics::get().reload("policy", done.is_ok());
+        if c.files {
+            if let Some(f) = config_file.as_mut() {
+                if let Some(new) = f.changed() {
+                    let source = f.path.display().to_string();
+                    apply(&mut watcher, &mut config, &source, new, &paths, &shared, timing, &current).await;
                 }
             }
+            if let Some((f, dir)) = policy.as_mut() {
+                install_if_changed(f, dir, first_round).await;
+            }
         }
-        watcher.refresh().await;
+        if c.devices || c.state {
+            watcher.refresh().await;
+        } else if c.links {
+            watcher.relink().await;
+        }
+        if c.kubelet {
+            kubelet_dir.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        events.set_netdevs(watcher.netdevs());
         let lists = watcher.lists();
         let p = paths.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || metrics::get().observe(&lists, &p)).await {
             error!("reading the figures for metrics: {e}");
         }
-        metrics::get().beat(timing.poll);
+        metrics::get().beat(timing.heartbeat);
         first_round = false;
-        tokio::time::sleep(timing.poll).await;
+        c = Changes::default();
+        // Only the heartbeat goes round without work: it costs a clock read every few seconds.
+        loop {
+            tokio::select! {
+                Some(k) = events.recv() => {
+                    c.add(k);
+                    events.gather(timing.debounce, &mut c).await;
+                }
+                _ = beat.tick() => {
+                    metrics::get().beat(timing.heartbeat);
+                    continue;
+                }
+                _ = poll.tick() => {
+                    events.rewatch();
+                    for k in [Change::Links, Change::Files, Change::Kubelet] {
+                        c.add(k);
+                    }
+                }
+                _ = full.tick() => {
+                    for k in [Change::Devices, Change::Files, Change::Kubelet] {
+                        c.add(k);
+                    }
+                }
+            }
+            break;
+        }
+        debug!("changed: {c:?}");
+    }
+}
+
+/// Installs the node policy if its file changed, also when it went (its optional ConfigMap was deleted):
+/// install_policy then leaves the node's.
+async fn install_if_changed(f: &mut Followed, dir: &std::path::Path, first_round: bool) {
+    if f.changed().is_none() {
+        return;
+    }
+    let (src, dir) = (f.path.clone(), dir.to_path_buf());
+    let done = tokio::task::spawn_blocking(move || sriov_rdma_cni::install::install_policy(&src, &dir))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    match &done {
+        Ok(true) => info!("node policy {} installed", f.path.display()),
+        Ok(false) => {}
+        Err(e) => error!("node policy {}: {e}; the node's policy stays as it was", f.path.display()),
+    }
+    if !first_round {
+        metrics::get().reload("policy", done.is_ok());
     }
 }
 
 /// Applies a changed config file, or keeps the previous configuration and says why.
+#[allow(clippy::too_many_arguments)]
 async fn apply(
     watcher: &mut Watcher,
     config: &mut Config,
     source: &str,
     new: Result<Vec<u8>, String>,
     paths: &Arc<Paths>,
+    shared: &Shared,
     timing: Timing,
     current: &Current,
 ) {
@@ -143,7 +202,7 @@ async fn apply(
     // The first ListAndWatch answer of an added resource is the node as it is, not an empty list.
     watcher.refresh().await;
     for (res, rx) in added {
-        tokio::spawn(server::serve(res, paths.clone(), rx, timing));
+        tokio::spawn(server::serve(res, paths.clone(), rx, shared.clone(), timing));
     }
     *current.lock().unwrap_or_else(|e| e.into_inner()) = new.resources.clone();
     *config = new;

@@ -1,6 +1,6 @@
 //! The kubelet side: one gRPC server per resource on its socket in the kubelet's device plugin directory,
-//! registration (again whenever the kubelet restarts and removes the socket), and the poll that turns the node
-//! inventory into ListAndWatch updates.
+//! registration (again whenever the kubelet restarts and removes the socket), and the [`Watcher`] that turns the
+//! node inventory into ListAndWatch updates and keeps the last one for Allocate and GetPreferredAllocation.
 
 use crate::alloc::{self, Candidate};
 use crate::api;
@@ -13,7 +13,7 @@ use sriov_rdma_cni::inventory::Inventory;
 use sriov_rdma_cni::kernel::sysfs::Sysfs;
 use sriov_rdma_cni::model::PciAddr;
 use sriov_rdma_cni::{debug, error, info, warn};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -26,12 +26,19 @@ use tonic::{Request, Response, Status};
 pub const API_VERSION: &str = "v1beta1";
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
 
-/// Timings, shorter in tests.
+/// Timings, shorter in tests. Events (events.rs) drive the daemon; the polls are the safety net for what no event
+/// announces (a fake sysfs, a lost event), so they are slow.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
-    /// How often the inventory is read for health changes.
+    /// How often link and RDMA port state and the followed files are read without an event (`--poll-ms`).
     pub poll: Duration,
-    /// How often the plugin looks for its socket (the kubelet removes it when it restarts).
+    /// How often the whole node is scanned without an event (`--full-poll-ms`).
+    pub full_poll: Duration,
+    /// How long a burst of events is gathered into one change.
+    pub debounce: Duration,
+    /// How often the loop says it is alive (`/healthz` fails after ten missed beats).
+    pub heartbeat: Duration,
+    /// How often the plugin looks for its socket without an event in the kubelet's directory.
     pub socket_check: Duration,
     /// The longest wait between registration attempts.
     pub max_backoff: Duration,
@@ -40,11 +47,22 @@ pub struct Timing {
 impl Default for Timing {
     fn default() -> Self {
         Timing {
-            poll: Duration::from_secs(2),
-            socket_check: Duration::from_secs(1),
+            poll: Duration::from_secs(60),
+            full_poll: Duration::from_secs(600),
+            debounce: Duration::from_millis(150),
+            heartbeat: Duration::from_secs(5),
+            socket_check: Duration::from_secs(60),
             max_backoff: Duration::from_secs(10),
         }
     }
+}
+
+/// What the daemon's loop hands every resource's server: the last inventory, and a count bumped on each change
+/// in the kubelet's directory (a re-created kubelet.sock is a kubelet restart).
+#[derive(Clone)]
+pub struct Shared {
+    pub inventory: watch::Receiver<Arc<Inventory>>,
+    pub kubelet_dir: watch::Receiver<u64>,
 }
 
 /// One resource's gRPC service.
@@ -52,12 +70,22 @@ pub struct Plugin {
     res: Resource,
     paths: Arc<Paths>,
     devices: watch::Receiver<Vec<Offered>>,
+    inventory: watch::Receiver<Arc<Inventory>>,
 }
 
 type Updates = Pin<Box<dyn Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
 
 fn scan(paths: &Paths) -> Inventory {
     Inventory::scan(&Sysfs::at(paths.sysfs.clone()))
+}
+
+impl Plugin {
+    /// The last inventory if it knows every one of `ids`, else a fresh scan (a VF that came since).
+    fn inventory_for<'a>(&self, ids: impl IntoIterator<Item = &'a String>) -> (Arc<Inventory>, bool) {
+        let inv = self.inventory.borrow().clone();
+        let known = ids.into_iter().all(|id| PciAddr::parse(id).ok().is_some_and(|p| inv.vf(&p).is_some()));
+        (inv, known)
+    }
 }
 
 #[tonic::async_trait]
@@ -87,10 +115,12 @@ impl DevicePlugin for Plugin {
         &self,
         req: Request<api::PreferredAllocationRequest>,
     ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
+        let req = req.into_inner();
         let candidates: HashMap<String, Candidate> = {
             let paths = self.paths.clone();
+            let (inv, known) = self.inventory_for(req.container_requests.iter().flat_map(|c| &c.available_device_i_ds));
             let (inv, roots) = tokio::task::spawn_blocking(move || {
-                let inv = scan(&paths);
+                let inv = if known { inv } else { Arc::new(scan(&paths)) };
                 let roots = pcie_roots(&paths.sysfs, &inv);
                 (inv, roots)
             })
@@ -108,7 +138,6 @@ impl DevicePlugin for Plugin {
                 .collect()
         };
         let container_responses = req
-            .into_inner()
             .container_requests
             .into_iter()
             .map(|c| api::ContainerPreferredAllocationResponse {
@@ -127,8 +156,9 @@ impl DevicePlugin for Plugin {
     async fn allocate(&self, req: Request<api::AllocateRequest>) -> Result<Response<api::AllocateResponse>, Status> {
         let (res, paths) = (self.res.clone(), self.paths.clone());
         let requests = req.into_inner().container_requests;
+        let (inv, known) = self.inventory_for(requests.iter().flat_map(|c| &c.devices_ids));
         let out = tokio::task::spawn_blocking(move || {
-            let inv = scan(&paths);
+            let inv = if known { inv } else { Arc::new(scan(&paths)) };
             requests
                 .iter()
                 .map(|c| devices::allocate(&res, &inv, &c.devices_ids, &paths))
@@ -180,12 +210,15 @@ fn pf_of(inv: &Inventory, id: &str) -> Option<PciAddr> {
     inv.vf(&pci).map(|(pf, _)| pf.pci.clone())
 }
 
-/// Each resource's devices as offered so far (a VF once offered stays listed, Unhealthy when it goes away).
+/// Each resource's devices as offered so far (a VF once offered stays listed, Unhealthy when it goes away), and
+/// the inventory they were read from.
 pub struct Watcher {
     resources: Vec<Resource>,
     paths: Arc<Paths>,
     senders: Vec<watch::Sender<Vec<Offered>>>,
     seen: Vec<BTreeSet<String>>,
+    inventory: watch::Sender<Arc<Inventory>>,
+    attached: BTreeMap<PciAddr, devices::Held>,
 }
 
 impl Watcher {
@@ -193,10 +226,17 @@ impl Watcher {
     pub fn new(resources: Vec<Resource>, paths: Arc<Paths>) -> (Watcher, Vec<watch::Receiver<Vec<Offered>>>) {
         let (senders, receivers) = resources.iter().map(|_| watch::channel(Vec::new())).unzip();
         let seen = vec![BTreeSet::new(); resources.len()];
-        (Watcher { resources, paths, senders, seen }, receivers)
+        let (inventory, _) = watch::channel(Arc::new(Inventory { pfs: Vec::new() }));
+        (Watcher { resources, paths, senders, seen, inventory, attached: BTreeMap::new() }, receivers)
     }
 
-    /// Reads the inventory once and publishes each resource's devices if they changed, logging what changed.
+    /// The inventory each refresh publishes.
+    pub fn inventory(&self) -> watch::Receiver<Arc<Inventory>> {
+        self.inventory.subscribe()
+    }
+
+    /// Scans the node and reads the attachment records, and publishes each resource's devices if they changed,
+    /// logging what changed.
     pub async fn refresh(&mut self) {
         let p = self.paths.clone();
         let (inv, attached) =
@@ -204,7 +244,30 @@ impl Watcher {
                 Ok(r) => r,
                 Err(e) => return error!("reading the node inventory: {e}"),
             };
-        let lists = devices::offer_all(&self.resources, &inv, &self.seen, &attached);
+        self.attached = attached;
+        self.publish(Arc::new(inv));
+    }
+
+    /// Re-reads only link and RDMA port state of the last inventory (a link event, the slow poll), and publishes
+    /// if they changed.
+    pub async fn relink(&mut self) {
+        let (p, mut inv) = (self.paths.clone(), Inventory::clone(&self.inventory.borrow()));
+        let read = tokio::task::spawn_blocking(move || {
+            let sysfs = Sysfs::at(p.sysfs.clone());
+            let changed = inv.reread_links(&sysfs) | inv.reread_ports(&sysfs);
+            (inv, changed)
+        });
+        match read.await {
+            Ok((inv, true)) => self.publish(Arc::new(inv)),
+            Ok((_, false)) => {}
+            Err(e) => error!("reading link state: {e}"),
+        }
+    }
+
+    fn publish(&mut self, inv: Arc<Inventory>) {
+        let attached = &self.attached;
+        let lists = devices::offer_all(&self.resources, &inv, &self.seen, attached);
+        self.inventory.send_replace(inv);
         if let Err(e) = devices::write_offered(&self.paths.kubelet_dir, &self.resources, &lists) {
             error!("the list of offered VFs, which keeps an unhealthy VF from NADs without a resource request: {e}");
         }
@@ -251,6 +314,11 @@ impl Watcher {
         added
     }
 
+    /// The PF and VF netdevs of the last inventory, whose link events matter.
+    pub fn netdevs(&self) -> Vec<String> {
+        self.inventory.borrow().netdevs()
+    }
+
     /// Each resource's name and its list as last sent.
     pub fn lists(&self) -> Vec<(String, Vec<Offered>)> {
         self.resources.iter().zip(&self.senders).map(|(r, tx)| (r.name.clone(), tx.borrow().clone())).collect()
@@ -269,11 +337,17 @@ fn identity(p: &Path) -> Option<FileId> {
 /// Serves one resource for as long as the daemon runs: bind the socket, register, and start over whenever the
 /// socket vanishes (the kubelet restarted and cleaned its directory). Ends, removing its socket, when the
 /// resource's channel closes (a reloaded config no longer has it).
-pub async fn serve(res: Resource, paths: Arc<Paths>, devices: watch::Receiver<Vec<Offered>>, timing: Timing) {
+pub async fn serve(
+    res: Resource,
+    paths: Arc<Paths>,
+    devices: watch::Receiver<Vec<Offered>>,
+    shared: Shared,
+    timing: Timing,
+) {
     let sock = paths.kubelet_dir.join(res.socket_name());
     let mut failures_in_a_row = 0u32;
     loop {
-        let result = serve_once(&res, &paths, &sock, devices.clone(), timing).await;
+        let result = serve_once(&res, &paths, &sock, devices.clone(), shared.clone(), timing).await;
         crate::metrics::get().registered(&res.name, false);
         if devices.has_changed().is_err() {
             let _ = std::fs::remove_file(&sock);
@@ -302,6 +376,7 @@ async fn serve_once(
     paths: &Arc<Paths>,
     sock: &Path,
     devices: watch::Receiver<Vec<Offered>>,
+    shared: Shared,
     timing: Timing,
 ) -> Result<(), String> {
     match std::fs::remove_file(sock) {
@@ -314,7 +389,9 @@ async fn serve_once(
     let listener = tokio::net::UnixListener::bind(sock).map_err(|e| format!("listening on {}: {e}", sock.display()))?;
     let mine = identity(sock);
     let devices_open = devices.clone();
-    let plugin = Plugin { res: res.clone(), paths: paths.clone(), devices };
+    let mut devices_wake = devices.clone();
+    let mut kubelet_dir = shared.kubelet_dir;
+    let plugin = Plugin { res: res.clone(), paths: paths.clone(), devices, inventory: shared.inventory };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(
         tonic::transport::Server::builder().add_service(DevicePluginServer::new(plugin)).serve_with_incoming_shutdown(
@@ -359,12 +436,13 @@ async fn serve_once(
                         last_warning = Some(std::time::Instant::now());
                     }
                     attempt += 1;
-                    tokio::time::sleep(wait).await;
+                    // A kubelet that comes up creates kubelet.sock: no need to wait out the backoff.
+                    let _ = tokio::time::timeout(wait, wake(&mut kubelet_dir, &mut devices_wake, timing)).await;
                     continue;
                 }
             }
         }
-        tokio::time::sleep(timing.socket_check).await;
+        wake(&mut kubelet_dir, &mut devices_wake, timing).await;
     }
     let _ = stop_tx.send(());
     // A graceful stop waits for open ListAndWatch streams, which never end by themselves: cut them after 5 s.
@@ -376,6 +454,20 @@ async fn serve_once(
         }
         Ok(Ok(Err(e))) => Err(format!("serving {}: {e}", sock.display())),
         Ok(Err(e)) => Err(format!("serving {}: {e}", sock.display())),
+    }
+}
+
+/// Returns at a change in the kubelet's directory, a change or the end of the resource's list, or after
+/// `socket_check`: what makes the serve loop look at its socket and the kubelet's again.
+async fn wake(kubelet_dir: &mut watch::Receiver<u64>, devices: &mut watch::Receiver<Vec<Offered>>, timing: Timing) {
+    tokio::select! {
+        r = kubelet_dir.changed() => {
+            if r.is_err() {
+                tokio::time::sleep(timing.socket_check).await;
+            }
+        }
+        _ = devices.changed() => {}
+        _ = tokio::time::sleep(timing.socket_check) => {}
     }
 }
 

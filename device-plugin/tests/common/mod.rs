@@ -72,6 +72,8 @@ impl Node {
         let p = |d: &str| self.dir.join(d).display().to_string();
         c.args(["--kubelet-dir", &p("kubelet"), "--sysfs", &p("sys"), "--dev-root", &p("dev")])
             .args(["--devinfo-dir", &p("devinfo"), "--state-dir", &p("state"), "--poll-ms", "200"])
+            // A fake sysfs sends no events: the slow polls, made short, stand in for the kernel's events.
+            .args(["--full-poll-ms", "1000"])
             .args(extra)
             .env_remove("RDMA_RESOURCE_NAME")
             .env_remove("RDMA_DEVICE_SPEC_STR");
@@ -233,4 +235,71 @@ pub fn record(node: &Node, pci: &str, rdma: bool) {
         rec["journal"].as_array_mut().unwrap().retain(|s| s["step"] != "rdma-in");
     }
     fs::write(node.dir.join("state").join(format!("{pci}.json")), rec.to_string()).unwrap();
+}
+
+/// The daemon binary to run: this build's, or the one `SRIOV_RDMA_DP_BIN` names (another build, for comparison).
+pub fn daemon_bin() -> PathBuf {
+    std::env::var_os("SRIOV_RDMA_DP_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sriov-rdma-device-plugin")))
+}
+
+/// CPU time a process used so far (utime + stime of /proc/<pid>/stat, its threads included), in clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading the daemon's /proc stat");
+    // The fields after the command name (which is in parentheses and may hold spaces): utime is the 14th field.
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+}
+
+/// Clock ticks per second.
+pub fn ticks_per_second() -> u64 {
+    // SAFETY: a plain query.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(t).ok().filter(|t| *t > 0).unwrap_or(100)
+}
+
+/// Adds `pfs` PFs of `vfs` mlx5-like VFs each (PCI bus 0x40 on), each VF with its RDMA device and uverbs char
+/// device (also under the node's /dev). Returns the VFs' addresses.
+pub fn add_rails(node: &Node, pfs: u32, vfs: u32) -> Vec<String> {
+    let t = &node.tree;
+    let mut all = Vec::new();
+    let mut n = 100;
+    for p in 0..pfs {
+        let bus = 0x40 + p;
+        let pf = format!("0000:{bus:02x}:00.0");
+        let netdev = format!("rail{p}");
+        t.pf(&pf, &netdev, vfs).unwrap();
+        t.pci_ids(&pf, "15b3", "101d", (p % 2) as i32).unwrap();
+        t.netdev_state(&netdev, "up", 1).unwrap();
+        for i in 0..vfs {
+            let vf = format!("0000:{bus:02x}:{:02x}.{}", 1 + i / 8, i % 8);
+            let (rdma, uverbs) = (format!("mlx5_{n}"), format!("uverbs{n}"));
+            t.mlx5_vf(&pf, i, &vf, &format!("{netdev}v{i}"), &rdma, (p % 2) as i32).unwrap();
+            t.rdma_char(&uverbs, &rdma, None).unwrap();
+            fs::write(node.dir.join("dev/infiniband").join(&uverbs), b"").unwrap();
+            all.push(vf);
+            n += 1;
+        }
+    }
+    all
+}
+
+/// Runs `c` (the daemon, or a command that execs it) with the node's paths and `extra`, nothing else: the
+/// defaults of a real node for what `extra` does not set. Its stderr in `<dir>/plugin.log`.
+pub fn spawn_on(node: &Node, mut c: Command, extra: &[&str]) -> Plugin {
+    let p = |d: &str| node.dir.join(d).display().to_string();
+    let log = fs::File::create(node.dir.join("plugin.log")).unwrap();
+    let child = c
+        .args(["--kubelet-dir", &p("kubelet"), "--sysfs", &p("sys"), "--dev-root", &p("dev")])
+        .args(["--devinfo-dir", &p("devinfo"), "--state-dir", &p("state")])
+        .args(extra)
+        .env_remove("RDMA_RESOURCE_NAME")
+        .env_remove("RDMA_DEVICE_SPEC_STR")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting the plugin");
+    Plugin { child, log: node.dir.join("plugin.log") }
 }
