@@ -4,7 +4,7 @@ PODMAN ?= podman
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 IMAGE ?= localhost/sriov-rdma
 
-.PHONY: all build release bench-bins image test unit e2e k8s-e2e k8s-components lint bench bench-scale bench-vm install demo demo-host deps clean mutants
+.PHONY: all build release bench-bins image test unit e2e k8s-e2e k8s-components helm chart manifests lint bench bench-scale bench-vm install demo demo-host deps clean mutants
 
 all: release
 
@@ -40,7 +40,7 @@ test: unit e2e k8s-e2e
 LONG_TESTS = a_thousand_add_del_cycles_leak_nothing sigkill_at_random_moments mutated_configs_and_env
 
 # tests/install.rs checks the release binary and the image built from it: build it first.
-unit: deps release
+unit: deps release chart
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --all-targets -- --test-threads=4 $(addprefix --skip ,$(LONG_TESTS))
@@ -66,6 +66,19 @@ k8s-e2e: image bench-bins k8s-components
 
 k8s-components:
 	./tests/k8s/build-components.sh
+
+# The Helm CLI (pinned in tests/k8s/build-components.sh), built once from its Go module into the components cache.
+helm:
+	./tests/k8s/build-components.sh helm
+
+# The chart deploy/helm/sriov-rdma: helm lint, helm template with the defaults and values that change the output,
+# and deploy/sriov-rdma.yaml (the kustomize base's DaemonSet and ConfigMap) equal to a fresh render.
+chart: helm
+	./scripts/chart.sh check
+
+# deploy/sriov-rdma.yaml rendered from the chart (`helm template`): the one source of both is the chart.
+manifests: helm
+	./scripts/chart.sh render
 
 # The main job: one VF (and an RDMA device) attached to a pod with cnitool on the emulated SR-IOV machine.
 demo: deps release bench-bins

@@ -1,11 +1,13 @@
-//! `sriov-rdma install`: puts the running binary (and optionally a CNI network config and the node policy) onto a
-//! node.
+//! `sriov-rdma install`: puts the running binary and the device plugin's binary beside it (and optionally a CNI
+//! network config and the node policy) onto a node.
 //!
 //! Meant as the entrypoint of the installer image, run by a DaemonSet with the host's CNI bin dir mounted at
 //! `/host/opt/cni/bin`. Every file is replaced atomically: a temp file in the same directory (`O_EXCL`), written
 //! and fsynced, renamed over the old one, then the directory fsynced. A runtime running ADD on the node keeps
 //! executing whichever complete binary it opened; it never sees a half-written one. The same content is not
-//! rewritten. The installed copy must then run (`sriov-rdma --version`). With `--sleep` the process then waits
+//! rewritten. The installed copy must then run (`sriov-rdma --version`). `sriov-rdma-device-plugin`, when it is
+//! beside the running binary (the image has both), goes next to the plugin the same way and must say the same
+//! version: `sriov-rdma doctor` on the node runs it from there. With `--sleep` the process then waits
 //! for SIGTERM, so the DaemonSet's one container stays up and every restart or upgrade reinstalls.
 //! Logs go to stderr only; stdout stays empty.
 
@@ -21,6 +23,8 @@ use std::time::{Duration, SystemTime};
 
 /// The name the runtime looks the plugin up by (`"type": "sriov-rdma"`).
 pub const BIN_NAME: &str = "sriov-rdma";
+/// The device plugin's binary, installed beside the plugin (doctor looks for it next to itself).
+pub const DEVICE_PLUGIN_NAME: &str = "sriov-rdma-device-plugin";
 /// CNI bin dir default: the host's dir as the DaemonSet mounts it, else the standard path (running on the host).
 pub const HOST_BIN_DIR: &str = "/host/opt/cni/bin";
 pub const BIN_DIR: &str = "/opt/cni/bin";
@@ -35,7 +39,8 @@ const STALE: Duration = Duration::from_secs(600);
 const USAGE: &str = concat!(
     "usage: sriov-rdma install [--cni-bin-dir DIR] [--conflist FILE [--cni-conf-dir DIR]]\n",
     "                          [--policy FILE [--policy-dir DIR]] [--sleep]\n",
-    "  --cni-bin-dir DIR    where the plugin goes (default /host/opt/cni/bin if it exists, else /opt/cni/bin)\n",
+    "  --cni-bin-dir DIR    where the plugin goes, with sriov-rdma-device-plugin if it is beside this binary\n",
+    "                       (default /host/opt/cni/bin if it exists, else /opt/cni/bin)\n",
     "  --conflist FILE      also install this network config (checked by the plugin's own parser)\n",
     "  --cni-conf-dir DIR   where the config goes (default /host/etc/cni/net.d if it exists, else /etc/cni/net.d)\n",
     "  --policy FILE        also install this node policy as policy.json (checked by the plugin's own parser;\n",
@@ -252,8 +257,18 @@ pub fn version_line() -> String {
     )
 }
 
+/// The line `sriov-rdma-device-plugin --version` prints for the build of this version and commit.
+pub fn device_plugin_version_line() -> String {
+    format!("{DEVICE_PLUGIN_NAME} {} (commit {})", env!("CARGO_PKG_VERSION"), crate::COMMIT)
+}
+
 /// Runs the installed copy with `--version` (clean environment) and checks that it is this version.
 pub fn verify(bin: &Path) -> Result<String, Error> {
+    verify_says(bin, &version_line())
+}
+
+/// Runs `bin --version` (clean environment) and checks that it prints `want`.
+fn verify_says(bin: &Path, want: &str) -> Result<String, Error> {
     let run = || Command::new(bin).arg("--version").env_clear().stdin(Stdio::null()).output();
     let mut out = run();
     // ETXTBSY: a process forked elsewhere (another thread of the caller) still held the new file's write fd
@@ -278,11 +293,10 @@ pub fn verify(bin: &Path) -> Result<String, Error> {
             err.trim()
         )));
     }
-    if said != version_line() {
+    if said != want {
         return Err(Error(format!(
-            "the installed {} says {said:?}, expected {:?}: something replaced it meanwhile",
-            bin.display(),
-            version_line()
+            "the installed {} says {said:?}, expected {want:?}: not this build, or something replaced it meanwhile",
+            bin.display()
         )));
     }
     Ok(said)
@@ -356,6 +370,7 @@ pub fn install(o: &Options, exe: &Path) -> Result<(), Error> {
     drop(bin);
     let v = verify(&target)?;
     say(format_args!("{} runs: {v}", target.display()));
+    install_device_plugin(exe, &o.bin_dir)?;
     if let Some(src) = &o.conflist {
         let raw = ctx(fs::read(src), || format!("reading the network config {}", src.display()))?;
         let name = match src.file_name().and_then(|n| n.to_str()) {
@@ -374,6 +389,36 @@ pub fn install(o: &Options, exe: &Path) -> Result<(), Error> {
     if let Some(src) = &o.policy {
         install_policy(src, &o.policy_dir)?;
     }
+    Ok(())
+}
+
+/// Installs `sriov-rdma-device-plugin` from beside `exe` (the running binary; /proc/self/exe is resolved) into
+/// `bin_dir` atomically, then checks that the copy says this build's version. Not beside it (a plugin built
+/// alone): said, and nothing installed.
+fn install_device_plugin(exe: &Path, bin_dir: &Path) -> Result<(), Error> {
+    let real = fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
+    let src = real.with_file_name(DEVICE_PLUGIN_NAME);
+    let raw = match fs::read(&src) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            say(format_args!(
+                "no {DEVICE_PLUGIN_NAME} beside {}: not installed (sriov-rdma doctor then looks for it on PATH)",
+                real.display()
+            ));
+            return Ok(());
+        }
+        r => ctx(r, || format!("reading {}", src.display()))?,
+    };
+    let target = bin_dir.join(DEVICE_PLUGIN_NAME);
+    match put_atomic(bin_dir, DEVICE_PLUGIN_NAME, &raw, 0o755) {
+        Ok(Outcome::Written) => say(format_args!("installed {} ({} bytes)", target.display(), raw.len())),
+        Ok(Outcome::Unchanged) => {
+            say(format_args!("{} is already this binary ({} bytes): left as is", target.display(), raw.len()))
+        }
+        Err(e) => return Err(Error(format!("installing {}: {e}", target.display()))),
+    }
+    drop(raw);
+    let v = verify_says(&target, &device_plugin_version_line())?;
+    say(format_args!("{} runs: {v}", target.display()));
     Ok(())
 }
 
@@ -646,6 +691,57 @@ mod tests {
         assert!(check_netconf(b"{").unwrap_err().starts_with("not JSON"));
         assert_eq!(check_netconf(br#"{"cniVersion":"1.0.0","name":"n","type":"sriov-rdma"}"#), Ok(1));
         assert!(check_netconf(br#"{"cniVersion":"9.9.9","name":"n","type":"sriov-rdma"}"#).is_err());
+    }
+
+    #[test]
+    fn the_device_plugin_beside_the_binary_is_installed_beside_the_plugin_and_version_checked() {
+        let d = Dir::new("dp");
+        let src = d.0.join("src");
+        fs::create_dir(&src).unwrap();
+        let script = |p: &Path, line: &str| {
+            fs::write(p, format!("#!/bin/sh\necho '{line}'\n")).unwrap();
+            fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        let exe = src.join("sriov-rdma");
+        script(&exe, &version_line());
+        let bin = d.0.join("bin");
+        fs::create_dir(&bin).unwrap();
+        let o = Options {
+            bin_dir: bin.clone(),
+            conflist: None,
+            conf_dir: d.0.clone(),
+            policy: None,
+            policy_dir: d.0.clone(),
+            sleep: false,
+        };
+        let names = || {
+            let mut v: Vec<String> =
+                fs::read_dir(&bin).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+            v.sort();
+            v
+        };
+        // Not beside it: the plugin alone.
+        install(&o, &exe).unwrap();
+        assert_eq!(names(), ["sriov-rdma"]);
+        // Beside it: installed next to the plugin, 0755, byte for byte, once.
+        let dp = src.join(DEVICE_PLUGIN_NAME);
+        script(&dp, &device_plugin_version_line());
+        install(&o, &exe).unwrap();
+        assert_eq!(names(), ["sriov-rdma", DEVICE_PLUGIN_NAME]);
+        let target = bin.join(DEVICE_PLUGIN_NAME);
+        assert_eq!(fs::read(&target).unwrap(), fs::read(&dp).unwrap());
+        assert_eq!(mode(&target), 0o755);
+        let ino = fs::metadata(&target).unwrap().ino();
+        install(&o, &exe).unwrap();
+        assert_eq!(fs::metadata(&target).unwrap().ino(), ino, "the same binary is not rewritten");
+        // Another build beside it (another version or commit) is refused by its --version.
+        script(&dp, "sriov-rdma-device-plugin 0.0.1 (commit 0000000)");
+        let e = install(&o, &exe).unwrap_err();
+        assert!(
+            e.0.contains(&target.display().to_string()) && e.0.contains("says \"sriov-rdma-device-plugin 0.0.1"),
+            "{e}"
+        );
+        assert_eq!(names(), ["sriov-rdma", DEVICE_PLUGIN_NAME], "no temp file left");
     }
 
     #[test]

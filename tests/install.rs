@@ -1,6 +1,7 @@
-//! The shipped artifacts: the release `sriov-rdma` is fully static and runs in an empty root; the installer
-//! image (Containerfile) run by podman like the DaemonSet runs it installs it byte for byte, replaces a copy
-//! that is executing without disturbing it, and stays up with `--sleep` until SIGTERM.
+//! The shipped artifacts: the release `sriov-rdma` is fully static and runs in an empty root; `sriov-rdma install`
+//! puts `sriov-rdma-device-plugin` beside the plugin, version-checked; the installer image (Containerfile) run by
+//! podman like the DaemonSet runs it installs both byte for byte, replaces a copy that is executing without
+//! disturbing it, and stays up with `--sleep` until SIGTERM.
 //!
 //! They test target/release/sriov-rdma, which `make unit` builds first (`make release`); a missing or stale
 //! one fails. Root, podman and runc are needed (`make deps`); SRIOV_RDMA_SKIP_ROOT_TESTS=1 skips instead.
@@ -10,7 +11,7 @@ use common::*;
 use serde::Deserialize;
 use serde_json::Value;
 use sriov_rdma_cni::cni::config::SUPPORTED_VERSIONS;
-use sriov_rdma_cni::install::version_line;
+use sriov_rdma_cni::install::{device_plugin_version_line, version_line};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -210,6 +211,76 @@ fn the_release_binary_runs_in_an_empty_root() {
     fs::remove_dir_all(&root).unwrap();
 }
 
+/// `sriov-rdma install` from the release build puts target/release/sriov-rdma-device-plugin beside the plugin (so
+/// `sriov-rdma doctor` on the node finds it), byte for byte, 0755, by rename (a running old copy keeps its inode),
+/// and refuses a device plugin of another build beside it. Needs no root: the dirs are this test's own.
+#[test]
+fn install_puts_the_device_plugin_beside_the_plugin() {
+    let bin = release_bin();
+    let dp = bin.with_file_name("sriov-rdma-device-plugin");
+    let built =
+        fs::metadata(&dp).and_then(|m| m.modified()).unwrap_or_else(|e| panic!("{}: {e}: make release", dp.display()));
+    assert!(
+        newest(&Path::new(ROOT).join("device-plugin")) <= built,
+        "{} is older than device-plugin/: make release",
+        dp.display()
+    );
+    // Under target/: hard links of the release binaries (no write fd of ours, so no ETXTBSY when they run).
+    let dir = Path::new(ROOT).join(format!("target/it-install-dp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let (src, cni_bin) = (dir.join("src"), dir.join("opt-cni-bin"));
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&cni_bin).unwrap();
+    fs::hard_link(&bin, src.join("sriov-rdma")).unwrap();
+    fs::hard_link(&dp, src.join("sriov-rdma-device-plugin")).unwrap();
+    let install = || {
+        let o = Command::new(src.join("sriov-rdma"))
+            .args(["install", "--cni-bin-dir"])
+            .arg(&cni_bin)
+            .env_clear()
+            .output()
+            .expect("running sriov-rdma install");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let target = cni_bin.join("sriov-rdma-device-plugin");
+    let (code, out, err) = install();
+    assert_eq!((code, out.as_str()), (Some(0), ""), "{err}");
+    assert!(fs::read(&target).unwrap() == fs::read(&dp).unwrap(), "the installed device plugin is the release build");
+    assert_eq!(fs::metadata(&target).unwrap().permissions().mode() & 0o7777, 0o755);
+    assert!(err.contains(&format!("{} runs: {}", target.display(), device_plugin_version_line())), "{err}");
+    // What the installed copy says is what the installer expects of this build.
+    let v = Command::new(&target).arg("--version").env_clear().output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), device_plugin_version_line());
+
+    // An older copy open on the node: replaced by rename, the open one keeps its content.
+    let mut old = fs::read(&dp).unwrap();
+    old.extend_from_slice(b"\0an older build\0");
+    fs::write(cni_bin.join(".old"), &old).unwrap();
+    fs::set_permissions(cni_bin.join(".old"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::rename(cni_bin.join(".old"), &target).unwrap();
+    let held = fs::File::open(&target).unwrap();
+    let (code, _, err) = install();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains(&format!("installed {}", target.display())), "{err}");
+    assert!(fs::read(&target).unwrap() == fs::read(&dp).unwrap());
+    assert_ne!(held.metadata().unwrap().ino(), fs::metadata(&target).unwrap().ino(), "a new inode");
+    drop(held);
+
+    // A device plugin of another build beside the plugin: installed, then refused by its --version (exit 1).
+    fs::remove_file(src.join("sriov-rdma-device-plugin")).unwrap();
+    fs::write(src.join(".dp"), "#!/bin/sh\necho 'sriov-rdma-device-plugin 0.0.1 (commit 0000000)'\n").unwrap();
+    fs::set_permissions(src.join(".dp"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::rename(src.join(".dp"), src.join("sriov-rdma-device-plugin")).unwrap();
+    let (code, out, err) = install();
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(err.contains("says \"sriov-rdma-device-plugin 0.0.1 (commit 0000000)\""), "{err}");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Reads a child's stderr on a thread; lines arrive on the channel.
 fn lines(child: &mut Child) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -348,13 +419,17 @@ fn the_image_installs_the_binary_and_replaces_a_running_one() {
         v
     };
 
-    // 1. An empty CNI bin dir gets the binary, byte for byte, 0755, and no temp file is left.
+    // 1. An empty CNI bin dir gets the binary and the device plugin's, byte for byte, 0755, and no temp file is left.
     let err = install("first install");
     assert!(err.contains(&format!("installed /host/opt/cni/bin/sriov-rdma ({} bytes)", want.len())), "{err}");
+    let dp = host_bin.join("sriov-rdma-device-plugin");
+    assert!(fs::read(&dp).unwrap() == fs::read(release_bin().with_file_name("sriov-rdma-device-plugin")).unwrap());
+    assert_eq!(fs::metadata(&dp).unwrap().permissions().mode() & 0o7777, 0o755);
+    assert!(err.contains(&format!("sriov-rdma-device-plugin runs: {}", device_plugin_version_line())), "{err}");
     assert!(err.contains(&format!("/host/opt/cni/bin/sriov-rdma runs: {}", version_line())), "{err}");
     assert!(fs::read(&target).unwrap() == want, "the installed binary is target/release/sriov-rdma byte for byte");
     assert_eq!(fs::metadata(&target).unwrap().permissions().mode() & 0o7777, 0o755);
-    assert_eq!(names(), ["sriov-rdma"]);
+    assert_eq!(names(), ["sriov-rdma", "sriov-rdma-device-plugin"]);
 
     // 2. Again: the same content is left as it is.
     let ino = fs::metadata(&target).unwrap().ino();
@@ -389,7 +464,7 @@ fn the_image_installs_the_binary_and_replaces_a_running_one() {
     let err = install("install over a running binary");
     assert!(err.contains("installed /host/opt/cni/bin/sriov-rdma"), "{err}");
     assert!(fs::read(&target).unwrap() == want, "the new binary is in place");
-    assert_eq!(names(), ["sriov-rdma"]);
+    assert_eq!(names(), ["sriov-rdma", "sriov-rdma-device-plugin"]);
     let running = guard.children.last_mut().unwrap();
     assert!(running.try_wait().unwrap().is_none(), "the running old binary is still running");
     let exe = fs::read_link(format!("/proc/{pid}/exe")).unwrap();

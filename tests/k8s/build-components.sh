@@ -4,6 +4,7 @@
 # is complete and is reused). Go's own module and build caches stay where Go keeps them.
 #
 #   tests/k8s/build-components.sh            build what is missing, print the directory of each component
+#   tests/k8s/build-components.sh helm       only the named components (make helm: the chart's checks need helm)
 #   K8S_COMPONENTS_CACHE=DIR ...             another cache directory
 #
 # Static where the component allows it (CGO_ENABLED=0); runc needs cgo (its nsenter is C) and is linked
@@ -22,11 +23,21 @@ RUNC=v1.5.3
 CRI_TOOLS=v1.37.0
 MULTUS=v4.2.3
 RDMA_CNI=v1.6.0  # tests/k8s/go/multus and go/rdma-cni pin these two as well
+# The Helm CLI of the chart's checks (make chart) and of tests/k8s/helm.sh.
+HELM=v4.3.2
 
 die() { echo "build-components: $*" >&2; exit 1; }
-command -v go >/dev/null || die "go is not on PATH (Go >= 1.26 is needed)"
-gov=$(go env GOVERSION)
-case "$gov" in go1.2[6-9]*|go1.[3-9]*) ;; *) die "Go $gov is too old: the components need Go >= 1.26" ;; esac
+ALL="kubernetes etcd containerd runc cri-tools multus rdma-cni helm"
+ONLY=${*:-$ALL}
+for c in $ONLY; do case " $ALL " in *" $c "*) ;; *) die "unknown component $c (one of: $ALL)" ;; esac; done
+want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+# Go is checked when a component has to be built (a warm cache needs none).
+gocheck() {
+    command -v go >/dev/null || die "go is not on PATH (Go >= 1.26 is needed)"
+    local gov
+    gov=$(go env GOVERSION)
+    case "$gov" in go1.2[6-9]*|go1.[3-9]*) ;; *) die "Go $gov is too old: the components need Go >= 1.26" ;; esac
+}
 mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
 
 total=0
@@ -37,10 +48,12 @@ build() {
     local bins=()
     while [ "$1" != -- ]; do bins+=("$1"); shift; done
     shift
+    want "${dir%-v*}" || return 0
     if [ -d "$CACHE/$dir" ]; then
         echo "build-components: $dir cached in $CACHE/$dir"
         return
     fi
+    gocheck
     OUT=$(mktemp -d "$CACHE/.build-$dir.XXXXXX")
     export OUT
     local start=$SECONDS
@@ -113,8 +126,12 @@ build "multus-$MULTUS" multus -- modbuild multus multus gopkg.in/k8snetworkplumb
 # The anchor rdma-cni (issue 18's comparison).
 build "rdma-cni-$RDMA_CNI" rdma -- modbuild rdma-cni rdma github.com/k8snetworkplumbingwg/rdma-cni/cmd/rdma
 
+# Helm v4 from its module (helm.sh/helm/v4 has no replace directives); `helm version` says the module's version.
+build "helm-$HELM" helm -- goinstall -ldflags "-s -w" "helm.sh/helm/v4/cmd/helm@$HELM"
+
 echo "build-components: total build seconds this run: $total"
 for d in "kubernetes-$KUBERNETES" "etcd-$ETCD" "containerd-$CONTAINERD" "runc-$RUNC" "cri-tools-$CRI_TOOLS" \
-    "multus-$MULTUS" "rdma-cni-$RDMA_CNI"; do
-    echo "component $d $CACHE/$d"
+    "multus-$MULTUS" "rdma-cni-$RDMA_CNI" "helm-$HELM"; do
+    want "${d%-v*}" && echo "component $d $CACHE/$d"
 done
+exit 0

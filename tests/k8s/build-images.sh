@@ -5,6 +5,8 @@
 #   localhost/sriov-rdma-pod:1     the pods' image: static busybox, iproute2, rdma-core's tools (ibv_devinfo,
 #                                  rping, ib_write_bw, ...) with their libraries and the rxe provider
 #   localhost/sriov-rdma:VERSION   the installer image `make image` built (must exist)
+#   localhost/sriov-rdma:VERSION-upgrade   the same build, each binary with a marker appended (a static ELF runs
+#                                  with trailing bytes): helm.sh upgrades to it and tells it apart by checksum
 #   build-images.sh OUTDIR
 set -euo pipefail
 trap 'echo "build-images: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -42,7 +44,17 @@ done
 copy_libgcc_s
 tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/sbin' - localhost/sriov-rdma-pod:1 >/dev/null
 
-for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 "localhost/sriov-rdma:$version"; do
+# The upgrade image; helm.sh appends the same marker to compute the checksum it expects on the node.
+root=$work/upgrade
+mkdir -p "$root"
+for b in sriov-rdma sriov-rdma-device-plugin; do
+  { cat "$top/target/release/$b"; printf '\nsriov-rdma upgrade marker\n'; } > "$root/$b" || die "no target/release/$b (make release)"
+  chmod 755 "$root/$b"
+done
+tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/' --change 'ENTRYPOINT ["/sriov-rdma", "install"]' \
+  - "localhost/sriov-rdma:$version-upgrade" >/dev/null
+
+for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 "localhost/sriov-rdma:$version" "localhost/sriov-rdma:$version-upgrade"; do
   f=$out/$(echo "${img#localhost/}" | tr ':/' '__').tar
   rm -f "$f"
   "$PODMAN" save -q --format oci-archive -o "$f" "$img" >/dev/null || die "podman save $img failed"

@@ -10,6 +10,10 @@
 #     (through a node shell pod) and the API server show.
 # Every daemon started here is stopped by its PID at the end.
 #   e2e.sh KERNEL-ROOT INITRD CACHE
+#   K8S_ONLY="helm.sh ops.sh" e2e.sh ...   the common set-up (node ready, installer, device plugin registered,
+#       resources, doctor), then only these scenario files, in this order; a file that uses another's pods or
+#       functions is listed after it. Such a partial run ends with a partial verdict and exits 3 when all that ran
+#       passed (1 when not): it is never a full pass.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -17,13 +21,24 @@ kdir=${1:?usage: e2e.sh KERNEL-ROOT INITRD CACHE}
 initrd=${2:?}
 cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
+# The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
+FILES="helm.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh"
+ONLY=""
+if [ -n "${K8S_ONLY:-}" ]; then
+  for f in $K8S_ONLY; do
+    case " $FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES)" ;; esac
+    # scenarios.sh runs its own includes.
+    [ "$f" = scenarios.sh ] && ONLY="$ONLY scenarios.sh rdma.sh devices.sh tenants.sh ops.sh" || ONLY="$ONLY $f"
+  done
+  ONLY=$(echo $ONLY | tr ' ' '\n' | awk '!seen[$0]++' | tr '\n' ' '); ONLY=" ${ONLY% }"
+fi
 t0=$SECONDS
 say() { echo "k8s-e2e [$((SECONDS - t0))s] $*"; }
 
 comp=$("$here/build-components.sh") || die "building the components failed"
 echo "$comp" | grep -v '^component ' | sed 's/^/  /'
 dir() { echo "$comp" | awk -v n="$1" '$1 == "component" && index($2, n "-") == 1 { print $3 }'; }
-K8S=$(dir kubernetes); ETCD=$(dir etcd)
+K8S=$(dir kubernetes); ETCD=$(dir etcd); HELM=$(dir helm)/helm
 say "building the node's archive (components, images, configuration)"
 node_cpio=$("$here/build-node.sh" "$kdir" "$cache/k8s-node.cpio") || die "building the node archive failed"
 
@@ -169,18 +184,31 @@ pids+=($!)
 PASS=0; FAIL=0; NAMES=""; FAILED=""
 pass() { PASS=$((PASS + 1)); NAMES="$NAMES${1%%(*}"$'\n'; echo "k8s-e2e: $1 PASS"; }
 fail() { FAIL=$((FAIL + 1)); NAMES="$NAMES${1%%(*}"$'\n'; FAILED="$FAILED${1%%(*}"$'\n'; echo "k8s-e2e: $1 FAIL: $2"; }
-# The scenario names a full run prints (a result's name up to its first "("), in order. finish() compares them
-# with the names printed: one missing (a scenario file that ended early, a branch that skipped it) or not on the
-# list is a failure.
+# The scenario names each part prints (a result's name up to its first "("). finish() compares the names of the
+# set-up and of the files run (all of FILES, or K8S_ONLY's) with the names printed: one missing (a scenario file
+# that ended early, a branch that skipped it) or not on the list is a failure.
+expected_of() {
+  case $1 in
+    setup) set -- node-ready installer device-plugin-registered doctor-no-vf-registered device-plugin-resources \
+      doctor-vfs-registered ;;
+    helm.sh) set -- helm-install helm-daemon-unprivileged helm-doctor-in-daemonset helm-pod-vf helm-upgrade-keeps-vf \
+      helm-upgrade-new-plugin helm-uninstall helm-uninstall-then-delete kustomize-after-helm ;;
+    scenarios.sh) set -- pods-running device-plugin-allocation-to-multus pf-rows doctor-kubelet-holders ping \
+      ping-jumbo delete-restores runtime-restarts device-plugin-re-registered runtime-restarts-then-delete \
+      force-delete crictl-stopp-rmp crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate \
+      bad-not-a-vf bad-steal bad-then-gone ;;
+    rdma.sh) set -- rdma-rping rdma-write-bw ;;
+    devices.sh) set -- device-plugin-rdma-chardevs device-plugin-vfio ;;
+    tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
+    ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
+      config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
+  esac
+  printf '%s\n' "$@"
+}
 expected() {
-  printf '%s\n' node-ready installer device-plugin-registered doctor-no-vf-registered device-plugin-resources \
-    doctor-vfs-registered pods-running device-plugin-allocation-to-multus pf-rows doctor-kubelet-holders ping \
-    ping-jumbo rdma-rping rdma-write-bw delete-restores device-plugin-rdma-chardevs device-plugin-vfio \
-    runtime-restarts device-plugin-re-registered runtime-restarts-then-delete force-delete crictl-stopp-rmp \
-    crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate bad-not-a-vf bad-steal bad-then-gone \
-    tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete config-reload two-vf-pod-one-per-pf \
-    metrics-allocation metrics-health-change config-bad-edit-kept config-restored rdma-cni-chain-refused \
-    policy-configmap-deleted-keeps-node-policy
+  local f
+  expected_of setup
+  for f in ${ONLY:-$FILES}; do expected_of "$f"; done
 }
 finish() {
   keep_logs
@@ -193,6 +221,11 @@ finish() {
     printf '%s' "$NAMES" | grep -qx "$n" && ! printf '%s' "$FAILED" | grep -qx "$n" && { FAIL=$((FAIL + 1)); echo "k8s-e2e: FAIL $n is not on the list of scenarios (tests/k8s/e2e.sh expected)"; }
   done
   echo "k8s-e2e: logs of this run in $cache/k8s-logs (console.log, the control plane's, the node's)"
+  if [ -n "$ONLY" ]; then
+    echo "k8s-e2e: PARTIAL run (K8S_ONLY=$K8S_ONLY: the set-up and$ONLY): $PASS passed, $FAIL failed; not a full verdict"
+    [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ] && exit 3
+    exit 1
+  fi
   echo "k8s-e2e: $PASS passed, $FAIL failed"
   [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]
   exit
@@ -321,6 +354,17 @@ if [ -z "$why" ]; then pass "doctor-vfs-registered(exit 0: '$(echo "$out" | grep
 else fail doctor-vfs-registered "$why $(echo "$out" | grep -E 'registered|^  *-|blocker|Blocker' | head -8 | tr '\n' ' ')"; fi
 
 # The scenario files must parse before the first of them runs (a syntax error found half-way ends the rest).
-for f in scenarios.sh rdma.sh devices.sh tenants.sh ops.sh; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
-include scenarios.sh
+for f in $FILES; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
+if [ -n "$ONLY" ]; then
+  say "K8S_ONLY: running only$ONLY"
+  for f in $K8S_ONLY; do
+    case " $K8S_ONLY " in *" scenarios.sh "*) case $f in rdma.sh|devices.sh|tenants.sh|ops.sh) continue ;; esac ;; esac
+    include "$f"
+  done
+else
+  # helm.sh first: it replaces the DaemonSet above with the chart's and ends with this kustomize overlay applied
+  # again, which every scenario after it uses.
+  include helm.sh
+  include scenarios.sh
+fi
 finish
