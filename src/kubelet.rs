@@ -106,6 +106,11 @@ fn names(id: &str, pci: &PciAddr) -> bool {
     PciAddr::parse(id).is_ok_and(|p| p == *pci)
 }
 
+/// The first resource of `m` whose device IDs name `pci`.
+fn listed<'a>(m: &'a BTreeMap<String, Vec<String>>, pci: &PciAddr) -> Option<&'a str> {
+    m.iter().find(|(_, ids)| ids.iter().any(|id| names(id, pci))).map(|(r, _)| r.as_str())
+}
+
 /// A file's bytes; `None` when there is no such path. A symbolic link whose target is gone (or cannot be
 /// followed) is an error naming both: fail closed.
 fn read_file(path: &Path, what: &str) -> Result<Option<Vec<u8>>, String> {
@@ -212,12 +217,14 @@ impl Checkpoint {
     /// offers it under (an unhealthy VF is not registered, but still the kubelet's to give), else one it was
     /// allocated from (an allocated device that turned unhealthy leaves the registered list but not its pod).
     pub fn resource_of<'a>(&'a self, pci: &PciAddr) -> Option<&'a str> {
-        let listed = |m: &'a BTreeMap<String, Vec<String>>| {
-            m.iter().find(|(_, ids)| ids.iter().any(|id| names(id, pci))).map(|(r, _)| r.as_str())
-        };
-        listed(&self.registered)
-            .or_else(|| listed(&self.offered))
+        self.registered_as(pci)
+            .or_else(|| listed(&self.offered, pci))
             .or_else(|| self.holders(pci).next().map(|a| a.resource.as_str()))
+    }
+
+    /// The resource that registered `pci` with the kubelet, whatever case or form its device ID has.
+    pub fn registered_as<'a>(&'a self, pci: &PciAddr) -> Option<&'a str> {
+        listed(&self.registered, pci)
     }
 
     /// The allocations that hold `pci`.

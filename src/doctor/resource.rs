@@ -206,13 +206,13 @@ pub fn kubelet_view(dir: &Path, node_vfs: &[PciAddr]) -> KubeletView {
             return v;
         }
     };
-    v.registered = cp.registered;
-    v.allocations = cp.allocations;
     for vf in node_vfs {
-        if let Some((res, _)) = v.registered.iter().find(|(_, d)| d.iter().any(|id| id == vf.as_str())) {
-            v.vfs_registered.insert(vf.to_string(), res.clone());
+        if let Some(res) = cp.registered_as(vf) {
+            v.vfs_registered.insert(vf.to_string(), res.to_string());
         }
     }
+    v.registered = cp.registered;
+    v.allocations = cp.allocations;
     v
 }
 
@@ -605,10 +605,14 @@ mod tests {
             dir.join(CHECKPOINT),
             r#"{"Data":{"PodDeviceEntries":[{"PodUID":"u1","ContainerName":"w","ResourceName":"nvidia.com/cx6",
             "DeviceIDs":{"0":["0000:3b:02.1"]},"AllocResp":""}],
-            "RegisteredDevices":{"nvidia.com/cx6":["0000:3b:02.1","0000:3b:02.3"]}},"Checksum":1}"#,
+            "RegisteredDevices":{"nvidia.com/cx6":["0000:3b:02.1","0000:3b:02.3"],"example.com/short":["3B:02.4"]}},
+            "Checksum":1}"#,
         )
         .unwrap();
-        let v = kubelet_view(&dir, &[vf.clone(), other]);
+        // A device ID in another case or the short form names the VF as it does for ADD (Checkpoint::resource_of).
+        let short = PciAddr::parse("0000:3b:02.4").unwrap();
+        let v = kubelet_view(&dir, &[vf.clone(), other, short]);
+        assert_eq!(v.vfs_registered.get("0000:3b:02.4").map(String::as_str), Some("example.com/short"));
         assert_eq!(v.registered["nvidia.com/cx6"].len(), 2);
         assert_eq!(v.vfs_registered.get("0000:3b:02.1").map(String::as_str), Some("nvidia.com/cx6"));
         assert!(!v.vfs_registered.contains_key("0000:3b:02.2"));
