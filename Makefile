@@ -105,10 +105,13 @@ bench: deps release bench-bins
 # The device plugin at scale on a fake node (8 PFs x 127 VFs): start to first ListAndWatch, its size, idle CPU per
 # minute (IDLE seconds, default 60, scaled to a minute), VmRSS, Allocate latency. OLD_DP=<another build of
 # sriov-rdma-device-plugin> measures it too on the same node, with ratios (docs/benchmark.md says how the table
-# there was made). Debug builds (cargo test's); no root.
+# there was made). Then the CNI's ADD by pfName on a PF of 1000 VFs of which 900 are taken (real ADDs), beside a PF
+# with none taken, ADD and DEL medians of ROUNDS rounds (default 20) and ratios (tests/pool_scale.rs). Debug builds
+# (cargo test's); the daemon part needs no root, the CNI part does (its own network namespace, veth stand-ins).
 bench-scale:
 	SRIOV_RDMA_DP_OLD_BIN=$(OLD_DP) SCALE_IDLE_SECONDS=$(or $(IDLE),60) \
 		$(CARGO) test -p sriov-rdma-device-plugin --test scale -- --ignored --nocapture
+	SCALE_ADD_ROUNDS=$(or $(ROUNDS),20) $(CARGO) test --test pool_scale -- --ignored --nocapture
 
 # Mutation testing of the security paths (not in CI: a mutant is a rebuild and a test run, about a minute each on
 # 2 cores): cargo-mutants changes one thing at a time in these files and says which changes no test noticed

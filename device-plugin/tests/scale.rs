@@ -73,7 +73,8 @@ async fn scale_8_pfs_of_127_vfs() {
         std::env::var("SCALE_IDLE_SECONDS").ok().and_then(|s| s.parse().ok()).filter(|s| *s > 0).unwrap_or(60),
     );
     let new_bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_sriov-rdma-device-plugin"));
-    let old_bin = std::env::var_os("SRIOV_RDMA_DP_OLD_BIN").map(std::path::PathBuf::from);
+    // `make bench-scale` without OLD_DP sets it empty: no old build then.
+    let old_bin = std::env::var_os("SRIOV_RDMA_DP_OLD_BIN").filter(|b| !b.is_empty()).map(std::path::PathBuf::from);
     let new = measure(&node, &new_bin, &vfs, idle).await;
     let old = match &old_bin {
         Some(b) => Some(measure(&node, b, &vfs, idle).await),
