@@ -8,22 +8,32 @@ IMAGE ?= localhost/sriov-rdma
 
 all: release
 
+# When each phase of `make test` begins, in seconds since T0 (.ci/run sets it; else the start of this make).
+ifndef T0
+T0 := $(shell date +%s)
+endif
+export T0
+PHASE = @echo "phase $@: begins at +$$(( $$(date +%s) - $(T0) ))s"
+
 build:
 	$(CARGO) build --workspace
 
 # Static executables (glibc linked in, see .cargo/config.toml): they start on any node. Both binaries:
 # sriov-rdma (the CNI) and sriov-rdma-device-plugin (the daemon `sriov-rdma device-plugin` runs).
 release:
+	$(PHASE)
 	$(CARGO) build --release --workspace
 
 # The benchmarks cni-bench and netns-floor use the fake sysfs tree (the fixtures feature), which sriov-rdma is
 # built without; this builds only them, into target/release, and leaves sriov-rdma there as it is. The
 # emulated machine's initramfs carries them (tests/vm/build-initramfs.sh).
 bench-bins:
+	$(PHASE)
 	$(CARGO) build --release --features fixtures --bin cni-bench --bin netns-floor
 
 # The installer image (FROM scratch: the static binary, entrypoint `sriov-rdma install`), built offline.
 image: deps release
+	$(PHASE)
 	$(PODMAN) build -f Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) -t $(IMAGE):latest .
 
 # Installs what the build and the tests need (Debian): iproute2, the reference IPAM plugins, podman, runc,
@@ -41,6 +51,7 @@ LONG_TESTS = a_thousand_add_del_cycles_leak_nothing sigkill_at_random_moments mu
 
 # tests/install.rs checks the release binary and the image built from it: build it first.
 unit: deps release chart
+	$(PHASE)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --all-targets -- --test-threads=4 $(addprefix --skip ,$(LONG_TESTS))
@@ -55,6 +66,7 @@ BENCH_KERNEL ?= 6.12
 # Real VFs: QEMU igb (SR-IOV) under each of E2E_KERNELS, one after the other; fails if any fails.
 # Downloads are cached in .cache/vm.
 e2e: release bench-bins
+	$(PHASE)
 	KERNEL="$(E2E_KERNELS)" ./tests/vm/run.sh e2e
 
 # A real single-node Kubernetes cluster: the control plane on this host, containerd + the kubelet + Multus in
@@ -62,18 +74,22 @@ e2e: release bench-bins
 # The components are built once from their Go modules into /var/cache/sriov-rdma-cni/components.
 K8S_KERNEL ?= 7
 k8s-e2e: image bench-bins k8s-components
+	$(PHASE)
 	KERNEL=$(K8S_KERNEL) ./tests/vm/run.sh k8s
 
 k8s-components:
+	$(PHASE)
 	./tests/k8s/build-components.sh
 
 # The Helm CLI (pinned in tests/k8s/build-components.sh), built once from its Go module into the components cache.
 helm:
+	$(PHASE)
 	./tests/k8s/build-components.sh helm
 
 # The chart deploy/helm/sriov-rdma: helm lint, helm template with the defaults and values that change the output,
 # and deploy/sriov-rdma.yaml (the kustomize base's DaemonSet and ConfigMap) equal to a fresh render.
 chart: helm
+	$(PHASE)
 	./scripts/chart.sh check
 
 # deploy/sriov-rdma.yaml rendered from the chart (`helm template`): the one source of both is the chart.
