@@ -213,3 +213,41 @@ fn a_rolled_back_add_whose_ipam_del_failed_keeps_the_lease_for_the_retried_del()
     assert!(bed.records().is_empty());
     assert_eq!(identity(None, &vf), Some(before));
 }
+
+/// A runtime that kills ADD (its timeout) while the IPAM plugin allocates runs DEL next. The IPAM plugin must die
+/// with ADD: one left running takes its lease after DEL released it, and no record names it (tests/crash.rs saw a
+/// host-local lease left so). The stand-in marks when it starts, then sleeps and would mark that it allocated.
+#[test]
+fn an_ipam_plugin_dies_with_the_add_that_started_it() {
+    if !can_run("an_ipam_plugin_dies_with_the_add_that_started_it") {
+        return;
+    }
+    let mut bed = Bed::new("rik", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let started = bed.dir.join("ipam-started");
+    let allocated = bed.dir.join("ipam-allocated");
+    let cases = format!(
+        r#"  ADD) : > {started}; sleep 2; : > {allocated}; echo '{{"cniVersion":"1.0.0","ips":[{{"address":"10.77.0.23/24"}}]}}' ;;
+  DEL) ;;
+  VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}' ;;"#,
+        started = started.display(),
+        allocated = allocated.display()
+    );
+    let bin = stand_in_ipam(&bed.dir, "slowipam", &cases);
+    let conf = conf_dev("1.0.0", &pci, r#","ipam":{"type":"slowipam"}"#);
+    let mut add = spawn_plugin(&bed.sysfs, &bed.state, &env_at(&bed, "ADD", &ns, &bin), &conf);
+    let t = std::time::Instant::now();
+    while !started.exists() && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(started.exists(), "the IPAM plugin never started");
+    add.kill().unwrap();
+    add.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(!allocated.exists(), "the IPAM plugin went on after ADD was killed and allocated");
+    bed.run_env(&env_at(&bed, "DEL", &ns, &bin), &conf).ok();
+    assert!(bed.records().is_empty());
+    assert_eq!(identity(None, &vf), Some(before));
+}

@@ -152,12 +152,23 @@ fn start(plugin: &Path, kind: &str, raw: &[u8], command: &str, target: &Target) 
     if let Some(args) = target.args {
         cmd.env("CNI_ARGS", args);
     }
-    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only signal(2), prctl(2) and getppid(2), which are async-signal-safe.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             // The plugin ignores SIGTERM/SIGINT while it changes state; its IPAM plugin must not inherit that.
             libc::signal(libc::SIGTERM, libc::SIG_DFL);
             libc::signal(libc::SIGINT, libc::SIG_DFL);
+            // The IPAM plugin dies with this process (sent when the thread that started it ends: IPAM starts on
+            // the main thread). A runtime that kills ADD (its timeout) runs DEL next; an IPAM plugin left running
+            // would take its lease after that DEL released it, a lease no record names.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                // This process ended between fork and prctl: no signal will come.
+                libc::_exit(1);
+            }
             Ok(())
         });
     }
