@@ -64,7 +64,8 @@ anchors=$("$top/scripts/anchors.sh" sriovdp-v3.11.0 sriov-cni-v2.10.0 rdma-cni-v
 root=$work/sriovdp
 mkdir -p "$root"/{usr/bin,usr/share/hwdata,tmp,var/log,etc/pcidp}
 install -m 0755 "$anchors/sriovdp-v3.11.0" "$root/usr/bin/sriovdp"
-pciids=$(ls /usr/share/hwdata/pci.ids /usr/share/misc/pci.ids 2>/dev/null | head -1)
+pciids=""
+for f in /usr/share/hwdata/pci.ids /usr/share/misc/pci.ids; do [ -f "$f" ] && { pciids=$f; break; }; done
 [ -n "$pciids" ] || die "no pci.ids (Debian package pci.ids) for the sriovdp image"
 cp "$pciids" "$root/usr/share/hwdata/pci.ids"
 tar -C "$root" -c . | "$PODMAN" import -q --change 'ENTRYPOINT ["/usr/bin/sriovdp"]' - localhost/sriovdp:v3.11.0 >/dev/null
