@@ -272,12 +272,17 @@ print(json.dumps({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kust
   "$MIG/config.json" > "$work/mig-overlay/kustomization.yaml"
 OURS=app.kubernetes.io/name=sriov-rdma
 THEIRS=name=sriov-device-plugin
-mig_socks() { onnode 'ls /var/lib/kubelet/device-plugins | grep "[.]sock$" | grep -v "^kubelet[.]sock$" | tr "\n" " "' 2>/dev/null; }
+mig_socks() { onnode 'cd /var/lib/kubelet && ls device-plugins/*.sock plugins_registry/*.sock 2>/dev/null | grep -v "^device-plugins/kubelet[.]sock$" | tr "\n" " "' 2>/dev/null; }
 
 # --- mig-anchors: the anchors from scripts/anchors.sh; sriov-cni and rdma-cni into /opt/cni/bin by a DaemonSet ---
 anchors=$("$top/scripts/anchors.sh" sriovdp-v3.11.0 sriov-cni-v2.10.0 rdma-cni-v1.6.0 2>"$MIG/anchors.err" | tail -1)
 while read -r l; do say "$l"; done < "$MIG/anchors.err"
-MIG_PRE=$(onnode 'for f in /opt/cni/bin/sriov /opt/cni/bin/rdma /var/lib/cni/sriov /var/lib/cni/mig-ipam; do test -e $f && echo $f; done' 2>/dev/null | tr '\n' ' ')
+# The emulated machine's initramfs carries sriov-cni and rdma-cni for the VM scenarios (tests/vm/anchors.sh): put
+# aside for the duration, so that what runs here is what the DaemonSet installed, and put back at the end.
+MIG_PRE=$(onnode 'cd /opt/cni/bin && sha256sum sriov rdma 2>/dev/null' 2>/dev/null)
+onnode 'cd /opt/cni/bin && for b in sriov rdma; do test -e $b && mv $b .$b.pre-migration; done; test ! -e sriov && test ! -e rdma' >/dev/null 2>&1 \
+  || fail mig-anchors-aside "could not put the node's sriov/rdma aside: $(onnode 'ls -la /opt/cni/bin' 2>&1 | tr '\n' ' ')"
+[ -z "$MIG_PRE" ] || say "migration: on the node before (put aside until the end): $(echo "$MIG_PRE" | awk '{ printf "%s %s; ", $2, substr($1, 1, 12) }')"
 cat <<'EOF' | k apply -f - >/dev/null
 apiVersion: apps/v1
 kind: DaemonSet
@@ -316,7 +321,7 @@ mig_ds_ready kube-sriov-cni-ds 180 || why="$why kube-sriov-cni-ds not Ready: $(m
 w1=$(sha256sum "$anchors/sriov-cni-v2.10.0" 2>/dev/null | cut -d' ' -f1); w2=$(sha256sum "$anchors/rdma-cni-v1.6.0" 2>/dev/null | cut -d' ' -f1)
 g=$(onnode 'sha256sum /opt/cni/bin/sriov /opt/cni/bin/rdma' 2>/dev/null | awk '{ printf "%s ", $1 }')
 [ -n "$w1" ] && [ "$g" = "$w1 $w2 " ] || why="$why node sha256 sriov/rdma '$g', anchors' '$w1 $w2';"
-[ -n "$MIG_PRE" ] && why="$why already on the node before: $MIG_PRE;"
+onnode 'test -e /var/lib/cni/sriov || test -e /var/lib/cni/mig-ipam' 2>/dev/null && why="$why /var/lib/cni/sriov or mig-ipam already on the node;"
 src=$(sed 's/^anchors: //; s/sha256 \([0-9a-f]\{12\}\)[0-9a-f]*/sha256 \1/' "$MIG/anchors.err" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
 if [ -z "$why" ]; then
   pass "mig-anchors(scripts/anchors.sh: ${src% }; kube-sriov-cni-ds Ready, node /opt/cni/bin/sriov sha256 ${w1:0:12} = sriov-cni v2.10.0, /opt/cni/bin/rdma ${w2:0:12} = rdma-cni v1.6.0)"
@@ -342,12 +347,12 @@ else fail mig-sriovdp-resources "$why"; fi
 { mig_nad mig-a sriov 210 on on 10 49; echo ---; mig_nad mig-b sriov 211 off off 50 89; } | k apply -f - >/dev/null
 mig_start sriov mig-s1 mig-s2
 why=$MIG_WHY
-cache=$(mig_sriov_cache); recs=$(mig_records)
-[ "$(mig_sriov_confs "$cache")" = 2 ] || why="$why sriov-cni's cache /var/lib/cni/sriov: '$cache' (want two <container>-net1);"
+mig_c=$(mig_sriov_cache); recs=$(mig_records)
+[ "$(mig_sriov_confs "$mig_c")" = 2 ] || why="$why sriov-cni's cache /var/lib/cni/sriov: '$mig_c' (want two <container>-net1);"
 [ "$recs" = "$MIGREC0" ] || why="$why records of sriov-rdma changed: '$recs';"
 S1VF=$(mig_vf mig-s1); S2VF=$(mig_vf mig-s2)
 if [ -z "$why" ]; then
-  pass "mig-sriov-cni-pods(mig-s1 on NAD mig-a: $MIG_ENV=$S1VF = net1 with carrier, $PF1 row '$(mig_row "$S1VF")'; mig-s2 on mig-b: $S2VF, row '$(mig_row "$S2VF")'; sriov-cni's cache: ${cache% }; no sriov-rdma record)"
+  pass "mig-sriov-cni-pods(mig-s1 on NAD mig-a: $MIG_ENV=$S1VF = net1 with carrier, $PF1 row '$(mig_row "$S1VF")'; mig-s2 on mig-b: $S2VF, row '$(mig_row "$S2VF")'; sriov-cni's cache: ${mig_c% }; no sriov-rdma record)"
 else fail mig-sriov-cni-pods "$why"; fi
 MIG_S_VFS=$MIG_VFS
 S1UID=$(mig_uid mig-s1); S2UID=$(mig_uid mig-s2)
@@ -480,12 +485,12 @@ else fail mig-ours-pods-deleted-by-ours "$why"; fi
 # --- mig-sriov-cni-pods-again: new pods on sriov-cni ---
 mig_start sriov mig-r1 mig-r2
 why=$MIG_WHY
-cache=$(mig_sriov_cache); recs=$(mig_records)
-[ "$(mig_sriov_confs "$cache")" = 2 ] || why="$why sriov-cni's cache '$cache' (want two <container>-net1);"
+mig_c=$(mig_sriov_cache); recs=$(mig_records)
+[ "$(mig_sriov_confs "$mig_c")" = 2 ] || why="$why sriov-cni's cache '$mig_c' (want two <container>-net1);"
 [ "$recs" = "$MIGREC0" ] || why="$why records of sriov-rdma '$recs';"
 R1VF=$(mig_vf mig-r1); R2VF=$(mig_vf mig-r2); MIG_R_VFS=$MIG_VFS
 if [ -z "$why" ]; then
-  pass "mig-sriov-cni-pods-again(mig-r1: $R1VF row '$(mig_row "$R1VF")'; mig-r2: $R2VF row '$(mig_row "$R2VF")'; sriov-cni's cache: ${cache% }; no sriov-rdma record)"
+  pass "mig-sriov-cni-pods-again(mig-r1: $R1VF row '$(mig_row "$R1VF")'; mig-r2: $R2VF row '$(mig_row "$R2VF")'; sriov-cni's cache: ${mig_c% }; no sriov-rdma record)"
 else fail mig-sriov-cni-pods-again "$why"; fi
 say "figures: sriovdp v3.11.0 + sriov-cni v2.10.0 pod start, all its pods: median $(mig_median < "$MIG/start-sriov") ms ($(tr '\n' ' ' < "$MIG/start-sriov" | sed 's/ $//') ms); sriov-rdma: median $(mig_median < "$MIG/start-ours") ms ($(tr '\n' ' ' < "$MIG/start-ours" | sed 's/ $//') ms)"
 
@@ -508,8 +513,9 @@ why=""
 k delete net-attach-def mig-a mig-b >/dev/null 2>&1
 k -n kube-system delete ds/kube-sriov-device-plugin configmap/sriovdp-config ds/kube-sriov-cni-ds --wait=true --timeout=120s >/dev/null 2>&1
 mig_no_pods "$THEIRS" 120 && mig_no_pods name=sriov-cni 120 || why="$why the anchors' pods still there;"
-# Their DaemonSet leaves its binaries (as sriov-cni's own does); the node had none before.
-onnode 'rm -rf /opt/cni/bin/sriov /opt/cni/bin/rdma /var/lib/cni/sriov /var/lib/cni/mig-ipam; rm -f /var/run/k8s.cni.cncf.io/devinfo/dp/*mig.example.com*' >/dev/null 2>&1
+# Their DaemonSet leaves its binaries (as sriov-cni's own does); the node's own copies (if any) go back.
+onnode 'rm -rf /opt/cni/bin/sriov /opt/cni/bin/rdma /var/lib/cni/sriov /var/lib/cni/mig-ipam; rm -f /var/run/k8s.cni.cncf.io/devinfo/dp/*mig.example.com*
+        cd /opt/cni/bin && for b in sriov rdma; do test -e .$b.pre-migration && mv .$b.pre-migration $b; done' >/dev/null 2>&1
 k apply -k "$work/overlay" >/dev/null 2>&1 || why="$why kubectl apply -k of the overlay failed;"
 k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null 2>&1 || why="$why rollout: $(mig_pods_of "$OURS" | tr '\n' ';');"
 want="rxe=2 vfio=1 pf1=4 pf2=2"
@@ -521,9 +527,10 @@ done
 [ "$(k -n kube-system get configmap sriov-rdma-config -o 'jsonpath={.data.config\.json}' 2>/dev/null)" = "$mig_overlay_config" ] || why="$why the overlay's config.json is not back;"
 mb=$(k -n kube-system get ds sriov-rdma -o 'jsonpath={.metadata.labels.app\.kubernetes\.io/managed-by}' 2>/dev/null)
 [ "$mb" = kustomize ] || why="$why DaemonSet managed-by '$mb';"
-stays=$(onnode 'for f in /opt/cni/bin/sriov /opt/cni/bin/rdma /var/lib/cni/sriov /var/lib/cni/mig-ipam /etc/sriov-rdma/policy.json; do test -e $f && echo $f; done' 2>/dev/null | tr '\n' ' ')
+stays=$(onnode 'for f in /var/lib/cni/sriov /var/lib/cni/mig-ipam /etc/sriov-rdma/policy.json; do test -e $f && echo $f; done' 2>/dev/null | tr '\n' ' ')
 [ -z "$stays" ] || why="$why still on the node: $stays;"
+[ "$(onnode 'cd /opt/cni/bin && sha256sum sriov rdma 2>/dev/null' 2>/dev/null)" = "$MIG_PRE" ] || why="$why /opt/cni/bin/sriov, rdma not as before: $(onnode 'cd /opt/cni/bin && sha256sum sriov rdma' 2>&1 | tr '\n' ' ');"
 now=$(mig_snap); [ "$now" = "$MIG0" ] || why="$why VFs: $(diff <(echo "$MIG0") <(echo "$now") | grep '^[<>]' | tr '\n' ';');"
 if [ -z "$why" ]; then
-  pass "mig-node-restored(sriovdp, sriov-cni DaemonSets, ConfigMap and NADs deleted, /opt/cni/bin/sriov and rdma removed; kubectl apply -k of the overlay: DaemonSet managed-by kustomize Ready, its config.json back, node allocatable $got; VFs as before)"
+  pass "mig-node-restored(sriovdp, sriov-cni DaemonSets, ConfigMap and NADs deleted, /opt/cni/bin/sriov and rdma as before the file; kubectl apply -k of the overlay: DaemonSet managed-by kustomize Ready, its config.json back, node allocatable $got; VFs as before)"
 else fail mig-node-restored "$why"; fi
