@@ -22,6 +22,8 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v gcc >/dev/null || need+=(gcc)
 # curl scrapes the device plugin's metrics on the Kubernetes node.
 [ -x /usr/bin/curl ] || need+=(curl)
+# The PCI ID database sriovdp reads, in its image on the Kubernetes node (tests/k8s/build-images.sh).
+[ -e /usr/share/misc/pci.ids ] || need+=(pci.ids)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install ${need[*]}" >&2

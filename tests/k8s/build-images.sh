@@ -7,6 +7,11 @@
 #   localhost/sriov-rdma:VERSION   the installer image `make image` built (must exist)
 #   localhost/sriov-rdma:VERSION-upgrade   the same build, each binary with a marker appended (a static ELF runs
 #                                  with trailing bytes): helm.sh upgrades to it and tells it apart by checksum
+#   localhost/sriovdp:v3.11.0      the SR-IOV network device plugin v3.11.0 (static, from scripts/anchors.sh) with
+#                                  the PCI ID database it reads, as its own image has them: migration.sh
+#   localhost/sriov-cni:v2.10.0    sriov-cni v2.10.0 and rdma-cni v1.6.0 (scripts/anchors.sh) and a static busybox,
+#                                  for a DaemonSet that copies them into the node's /opt/cni/bin as sriov-cni's
+#                                  own DaemonSet does: migration.sh
 #   build-images.sh OUTDIR
 set -euo pipefail
 trap 'echo "build-images: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -54,7 +59,26 @@ done
 tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/' --change 'ENTRYPOINT ["/sriov-rdma", "install"]' \
   - "localhost/sriov-rdma:$version-upgrade" >/dev/null
 
-for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 "localhost/sriov-rdma:$version" "localhost/sriov-rdma:$version-upgrade"; do
+# The anchors' stack (their binaries only through scripts/anchors.sh; which source it used goes to stderr, the run's log).
+anchors=$("$top/scripts/anchors.sh" sriovdp-v3.11.0 sriov-cni-v2.10.0 rdma-cni-v1.6.0 | tail -1) || die "scripts/anchors.sh failed"
+root=$work/sriovdp
+mkdir -p "$root"/{usr/bin,usr/share/hwdata,tmp,var/log,etc/pcidp}
+install -m 0755 "$anchors/sriovdp-v3.11.0" "$root/usr/bin/sriovdp"
+pciids=""
+for f in /usr/share/hwdata/pci.ids /usr/share/misc/pci.ids; do [ -f "$f" ] && { pciids=$f; break; }; done
+[ -n "$pciids" ] || die "no pci.ids (Debian package pci.ids) for the sriovdp image"
+cp "$pciids" "$root/usr/share/hwdata/pci.ids"
+tar -C "$root" -c . | "$PODMAN" import -q --change 'ENTRYPOINT ["/usr/bin/sriovdp"]' - localhost/sriovdp:v3.11.0 >/dev/null
+root=$work/sriov-cni
+mkdir -p "$root"/{bin,usr/bin,tmp}
+cp /bin/busybox "$root/bin/busybox"
+for a in sh cp mv rm sleep sha256sum; do ln -s busybox "$root/bin/$a"; done
+install -m 0755 "$anchors/sriov-cni-v2.10.0" "$root/usr/bin/sriov"
+install -m 0755 "$anchors/rdma-cni-v1.6.0" "$root/usr/bin/rdma"
+tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin' - localhost/sriov-cni:v2.10.0 >/dev/null
+
+for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 "localhost/sriov-rdma:$version" "localhost/sriov-rdma:$version-upgrade" \
+           localhost/sriovdp:v3.11.0 localhost/sriov-cni:v2.10.0; do
   f=$out/$(echo "${img#localhost/}" | tr ':/' '__').tar
   rm -f "$f"
   "$PODMAN" save -q --format oci-archive -o "$f" "$img" >/dev/null || die "podman save $img failed"

@@ -22,7 +22,7 @@ initrd=${2:?}
 cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
-FILES="helm.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh"
+FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -193,6 +193,9 @@ expected_of() {
       doctor-vfs-registered ;;
     helm.sh) set -- helm-install helm-daemon-unprivileged helm-doctor-in-daemonset helm-pod-vf helm-upgrade-keeps-vf \
       helm-upgrade-new-plugin helm-uninstall helm-uninstall-then-delete kustomize-after-helm ;;
+    migration.sh) set -- mig-anchors mig-sriovdp-resources mig-sriov-cni-pods mig-sriovdp-figures mig-switch-to-ours \
+      mig-old-pods-kept mig-old-pods-deleted-by-sriov-cni mig-ours-pods mig-forward-no-leak mig-ours-figures \
+      mig-switch-back mig-ours-pods-deleted-by-ours mig-sriov-cni-pods-again mig-no-leak mig-node-restored ;;
     scenarios.sh) set -- pods-running device-plugin-allocation-to-multus pf-rows doctor-kubelet-holders ping \
       ping-jumbo delete-restores runtime-restarts device-plugin-re-registered runtime-restarts-then-delete \
       force-delete crictl-stopp-rmp crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate \
@@ -363,8 +366,10 @@ if [ -n "$ONLY" ]; then
   done
 else
   # helm.sh first: it replaces the DaemonSet above with the chart's and ends with this kustomize overlay applied
-  # again, which every scenario after it uses.
+  # again, which every scenario after it uses. migration.sh next: it replaces the DaemonSet with the anchors'
+  # stack and back, and ends as helm.sh does (the overlay applied, no node policy, nothing of the anchors' left).
   include helm.sh
+  include migration.sh
   include scenarios.sh
 fi
 finish
