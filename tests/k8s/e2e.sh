@@ -286,6 +286,14 @@ else fail installer "ready=${ok:-no} sha256 node=${got:-none} built=$want: $(k -
 # The device plugin registered its resource with the real kubelet: the API server shows it in the node's capacity
 # (0 here: the shipped selectors ask for ConnectX VFs with an RDMA device, which the emulated igb has not).
 cap() { k get node localhost -o "jsonpath={.status.$1.${2//./\\.}}" 2>/dev/null; }
+# What the set-up's kustomize overlay offers, and the node's allocatable of those resources in the same form.
+OVERLAY_ALLOC="rxe=2 vfio=1 pf1=4 pf2=2"
+overlay_alloc() { echo "rxe=$(cap allocatable sriov-rdma/rxe) vfio=$(cap allocatable sriov-rdma/vfio) pf1=$(cap allocatable sriov-rdma/pf1) pf2=$(cap allocatable sriov-rdma/pf2)"; }
+# wait_overlay_alloc SECONDS: until the node's allocatable is the overlay's (then 0) or SECONDS pass; sets got.
+wait_overlay_alloc() {
+  for _ in $(seq 1 "$1"); do got=$(overlay_alloc); [ "$got" = "$OVERLAY_ALLOC" ] && return 0; sleep 1; done
+  return 1
+}
 reg=""
 for _ in $(seq 1 60); do reg=$(cap capacity rdma/hca); [ -n "$reg" ] && break; sleep 1; done
 if [ -n "$reg" ]; then pass "device-plugin-registered(node capacity rdma/hca=$reg)"
@@ -337,11 +345,8 @@ if ! { k apply -k "$work/overlay" >/dev/null && k -n kube-system rollout restart
        && k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null; }; then
   fail device-plugin-config "kubectl apply -k / rollout failed: $(k -n kube-system get pods 2>&1 | tail -3 | tr '\n' ' ')"
 fi
-want="rxe=2 vfio=1 pf1=4 pf2=2"
-for _ in $(seq 1 60); do
-  got="rxe=$(cap allocatable sriov-rdma/rxe) vfio=$(cap allocatable sriov-rdma/vfio) pf1=$(cap allocatable sriov-rdma/pf1) pf2=$(cap allocatable sriov-rdma/pf2)"
-  [ "$got" = "$want" ] && break; sleep 1
-done
+want=$OVERLAY_ALLOC
+wait_overlay_alloc 60
 if [ "$got" = "$want" ]; then pass "device-plugin-resources(node allocatable: $got)"
 else fail device-plugin-resources "want $want, node allocatable: $got; $(k -n kube-system logs ds/sriov-rdma 2>&1 | tail -5 | tr '\n' ' ')"; fi
 # doctor must run, exit 0 (nothing blocks ADD now) and count the node's VFs in each resource as the kubelet has them.

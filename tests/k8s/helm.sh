@@ -199,11 +199,8 @@ onnode 'rm -f /etc/sriov-rdma/policy.json' >/dev/null 2>&1
 why=""
 k apply -k "$work/overlay" >/dev/null 2>&1 || why="$why kubectl apply -k failed: $(k apply -k "$work/overlay" 2>&1 | tail -2 | tr '\n' ' ');"
 k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null 2>&1 || why="$why rollout: $(hpods | tr '\n' ';');"
-want="rxe=2 vfio=1 pf1=4 pf2=2"
-for _ in $(seq 1 90); do
-  got="rxe=$(cap allocatable sriov-rdma/rxe) vfio=$(cap allocatable sriov-rdma/vfio) pf1=$(cap allocatable sriov-rdma/pf1) pf2=$(cap allocatable sriov-rdma/pf2)"
-  [ "$got" = "$want" ] && break; sleep 1
-done
+want=$OVERLAY_ALLOC
+wait_overlay_alloc 90
 [ "$got" = "$want" ] || why="$why allocatable $got, want $want;"
 mb=$(k -n kube-system get ds sriov-rdma -o 'jsonpath={.metadata.labels.app\.kubernetes\.io/managed-by}' 2>/dev/null)
 [ "$mb" = kustomize ] || why="$why DaemonSet managed-by '$mb';"

@@ -518,11 +518,8 @@ onnode 'rm -rf /opt/cni/bin/sriov /opt/cni/bin/rdma /var/lib/cni/sriov /var/lib/
         cd /opt/cni/bin && for b in sriov rdma; do test -e .$b.pre-migration && mv .$b.pre-migration $b; done' >/dev/null 2>&1
 k apply -k "$work/overlay" >/dev/null 2>&1 || why="$why kubectl apply -k of the overlay failed;"
 k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null 2>&1 || why="$why rollout: $(mig_pods_of "$OURS" | tr '\n' ';');"
-want="rxe=2 vfio=1 pf1=4 pf2=2"
-for _ in $(seq 1 120); do
-  got="rxe=$(cap allocatable sriov-rdma/rxe) vfio=$(cap allocatable sriov-rdma/vfio) pf1=$(cap allocatable sriov-rdma/pf1) pf2=$(cap allocatable sriov-rdma/pf2)"
-  [ "$got" = "$want" ] && break; sleep 1
-done
+want=$OVERLAY_ALLOC
+wait_overlay_alloc 120
 [ "$got" = "$want" ] || why="$why allocatable $got, want $want;"
 [ "$(k -n kube-system get configmap sriov-rdma-config -o 'jsonpath={.data.config\.json}' 2>/dev/null)" = "$mig_overlay_config" ] || why="$why the overlay's config.json is not back;"
 mb=$(k -n kube-system get ds sriov-rdma -o 'jsonpath={.metadata.labels.app\.kubernetes\.io/managed-by}' 2>/dev/null)
