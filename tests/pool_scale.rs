@@ -31,7 +31,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
-use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -119,19 +118,9 @@ struct Node {
 }
 
 impl Node {
-    fn env(&self, cmd: &str, cid: &str, ns: &str, ifname: &str) -> HashMap<String, String> {
-        HashMap::from([
-            ("CNI_COMMAND".to_string(), cmd.to_string()),
-            ("CNI_CONTAINERID".to_string(), cid.to_string()),
-            ("CNI_NETNS".to_string(), format!("/var/run/netns/{ns}")),
-            ("CNI_IFNAME".to_string(), ifname.to_string()),
-            ("CNI_PATH".to_string(), CNI_PATH.to_string()),
-        ])
-    }
-
     /// One plugin run, and how long its process took.
     fn run(&self, cmd: &str, cid: &str, ns: &str, ifname: &str, conf: &str) -> (Run, Duration) {
-        let env = self.env(cmd, cid, ns, ifname);
+        let env = cni_env(cmd, cid, ns, ifname);
         let t = Instant::now();
         let r = run_plugin(&self.sysfs, &self.state, &env, conf);
         (r, t.elapsed())

@@ -146,13 +146,7 @@ impl Bed {
     }
 
     pub fn env(&self, cmd: &str, cid: &str, ns: &str, ifname: &str) -> HashMap<String, String> {
-        let mut e = HashMap::new();
-        e.insert("CNI_COMMAND".into(), cmd.into());
-        e.insert("CNI_CONTAINERID".into(), cid.into());
-        e.insert("CNI_NETNS".into(), if ns.is_empty() { String::new() } else { format!("/var/run/netns/{ns}") });
-        e.insert("CNI_IFNAME".into(), ifname.into());
-        e.insert("CNI_PATH".into(), CNI_PATH.into());
-        e
+        cni_env(cmd, cid, ns, ifname)
     }
 
     pub fn run_env(&self, env: &HashMap<String, String>, conf: &str) -> Run {
@@ -217,6 +211,17 @@ impl Run {
         assert!(self.ok, "plugin failed: {} / {}", self.stdout, self.stderr);
         self
     }
+}
+
+/// The CNI_* variables of one plugin run: `ns` names a namespace under /var/run/netns (empty: no CNI_NETNS value).
+pub fn cni_env(cmd: &str, cid: &str, ns: &str, ifname: &str) -> HashMap<String, String> {
+    let mut e = HashMap::new();
+    e.insert("CNI_COMMAND".into(), cmd.into());
+    e.insert("CNI_CONTAINERID".into(), cid.into());
+    e.insert("CNI_NETNS".into(), if ns.is_empty() { String::new() } else { format!("/var/run/netns/{ns}") });
+    e.insert("CNI_IFNAME".into(), ifname.into());
+    e.insert("CNI_PATH".into(), CNI_PATH.into());
+    e
 }
 
 pub fn run_plugin(sysfs: &Path, state: &Path, env: &HashMap<String, String>, conf: &str) -> Run {
