@@ -119,7 +119,8 @@ bench: deps release bench-bins
 	./target/release/cni-bench $(or $(N),30)
 
 # The device plugin at scale on a fake node (8 PFs x 127 VFs): start to first ListAndWatch, its size, idle CPU per
-# minute (IDLE seconds, default 60, scaled to a minute), VmRSS, Allocate latency. OLD_DP=<another build of
+# minute (IDLE seconds, default 60, scaled to a minute), VmRSS, Allocate latency. Then where an idle daemon's CPU goes
+# (the slow poll, the kubelet's probes at the DaemonSet's periods), schedstat ns and wake-ups per minute. OLD_DP=<another build of
 # sriov-rdma-device-plugin> measures it too on the same node, with ratios (docs/benchmark.md says how the table
 # there was made). Then the CNI's ADD by pfName on a PF of 1000 VFs of which 900 are taken (real ADDs), beside a PF
 # with none taken, ADD and DEL medians of ROUNDS rounds (default 20) and ratios (tests/pool_scale.rs). Debug builds

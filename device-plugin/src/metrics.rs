@@ -49,8 +49,10 @@ struct ByState {
 struct Probes {
     /// Each configured resource and whether it is registered with the kubelet now.
     registered: BTreeMap<String, bool>,
-    /// When the inventory loop last finished a round, and how often it runs.
-    beat: Option<(Instant, Duration)>,
+    /// Whether the inventory loop ran its first round, and since when it is in a round (None while it waits for
+    /// a change): a loop that waits costs nothing and is alive, one stuck in a round is not.
+    started: bool,
+    busy_since: Option<Instant>,
 }
 
 /// Every figure the daemon exports.
@@ -177,9 +179,15 @@ impl Metrics {
         if ok { &self.reloads } else { &self.reload_errors }.get_or_create(&l).inc();
     }
 
-    /// One round of the inventory loop ended; it runs every `every`.
-    pub fn beat(&self, every: Duration) {
-        self.probes.lock().unwrap_or_else(|e| e.into_inner()).beat = Some((Instant::now(), every));
+    /// The inventory loop begins a round of work.
+    pub fn working(&self) {
+        self.probes.lock().unwrap_or_else(|e| e.into_inner()).busy_since = Some(Instant::now());
+    }
+
+    /// The inventory loop ended a round and waits for the next change.
+    pub fn waiting(&self) {
+        let mut p = self.probes.lock().unwrap_or_else(|e| e.into_inner());
+        (p.started, p.busy_since) = (true, None);
     }
 
     /// The figures of one round: each resource's list as sent to the kubelet, the kubelet's allocations and the
@@ -217,20 +225,12 @@ impl Metrics {
         }
     }
 
-    /// `/healthz`: the inventory loop ran within ten of its periods (at least 30 s).
+    /// `/healthz`: the inventory loop ran its first round and is not stuck in one (30 s and more). Waiting for a
+    /// change is its idle state: nothing has to tick to prove it alive (a runtime that no longer runs does not
+    /// answer the probe at all).
     fn health(&self) -> Result<String, String> {
         let p = self.probes.lock().unwrap_or_else(|e| e.into_inner());
-        match p.beat {
-            None => Err("the inventory loop has not run yet".into()),
-            Some((at, every)) => {
-                let limit = (every * 10).max(Duration::from_secs(30));
-                if at.elapsed() > limit {
-                    Err(format!("the inventory loop last ran {} s ago", at.elapsed().as_secs()))
-                } else {
-                    Ok("ok".into())
-                }
-            }
-        }
+        health_of(p.started, p.busy_since.map(|t| t.elapsed()))
     }
 
     /// `/readyz`: every configured resource is registered with the kubelet.
@@ -246,6 +246,19 @@ impl Metrics {
         }
     }
 }
+
+/// What `/healthz` answers: `busy` is how long the loop has been in its current round.
+fn health_of(started: bool, busy: Option<Duration>) -> Result<String, String> {
+    match busy {
+        Some(d) if d >= STUCK => Err(format!("the inventory loop has been in one round for {} s", d.as_secs())),
+        _ if !started => Err("the inventory loop has not run yet".into()),
+        _ => Ok("ok".into()),
+    }
+}
+
+/// A round of the inventory loop that lasts this long is stuck: a full scan of a thousand VFs takes well under a
+/// second.
+const STUCK: Duration = Duration::from_secs(30);
 
 fn probe(r: Result<String, String>) -> (StatusCode, String) {
     match r {
@@ -272,5 +285,20 @@ pub async fn serve(listener: tokio::net::TcpListener) {
         .route("/readyz", route_get(|| async { probe(get().readiness()) }));
     if let Err(e) = axum::serve(listener, app).await {
         sriov_rdma_cni::error!("serving metrics: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthz_fails_before_the_first_round_and_when_a_round_is_stuck() {
+        assert!(health_of(false, None).unwrap_err().contains("has not run yet"));
+        assert!(health_of(false, Some(Duration::from_secs(1))).is_err());
+        assert_eq!(health_of(true, None), Ok("ok".into()));
+        assert_eq!(health_of(true, Some(Duration::from_secs(29))), Ok("ok".into()));
+        let e = health_of(true, Some(Duration::from_secs(31))).unwrap_err();
+        assert!(e.contains("in one round for 31 s"), "{e}");
     }
 }

@@ -1,7 +1,7 @@
 //! The daemon's loop: it waits for a change (events.rs: link and device events, file-system notifications) or
 //! one of its slow polls, then does only what that change needs: re-read link and RDMA port state, scan the node,
 //! read the config file and the node policy's ConfigMap file again, or tell the servers that the kubelet's
-//! directory changed; it refreshes the metrics after each and beats for `/healthz`. The kubelet updates a mounted
+//! directory changed; it refreshes the metrics after each and tells `/healthz` when it is in a round. The kubelet updates a mounted
 //! ConfigMap by swapping the `..data` symbolic link to a new directory, so the files' content is compared as read
 //! through the links after any event in their directory: a swap, an edit in place and a file that comes back are
 //! all seen. A valid config is applied (resources added, changed, removed); an invalid one keeps the previous
@@ -80,11 +80,12 @@ pub async fn run(
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         i
     };
-    let (mut beat, mut poll, mut full) = (every(timing.heartbeat), every(timing.poll), every(timing.full_poll));
+    let (mut poll, mut full) = (every(timing.poll), every(timing.full_poll));
     // The first round installs the policy the daemon starts with, as the init container does.
     let mut c = Changes { files: true, ..Changes::default() };
     let mut first_round = true;
     loop {
+        metrics::get().working();
         if c.files {
             if let Some(f) = config_file.as_mut() {
                 if let Some(new) = f.changed() {
@@ -110,33 +111,26 @@ pub async fn run(
         if let Err(e) = tokio::task::spawn_blocking(move || metrics::get().observe(&lists, &p)).await {
             error!("reading the figures for metrics: {e}");
         }
-        metrics::get().beat(timing.heartbeat);
+        metrics::get().waiting();
         first_round = false;
         c = Changes::default();
-        // Only the heartbeat goes round without work: it costs a clock read every few seconds.
-        loop {
-            tokio::select! {
-                Some(k) = events.recv() => {
+        // Nothing goes round without work: the daemon sleeps until an event or one of the slow polls.
+        tokio::select! {
+            Some(k) = events.recv() => {
+                c.add(k);
+                events.gather(timing.debounce, &mut c).await;
+            }
+            _ = poll.tick() => {
+                events.rewatch();
+                for k in [Change::Links, Change::Files, Change::Kubelet] {
                     c.add(k);
-                    events.gather(timing.debounce, &mut c).await;
-                }
-                _ = beat.tick() => {
-                    metrics::get().beat(timing.heartbeat);
-                    continue;
-                }
-                _ = poll.tick() => {
-                    events.rewatch();
-                    for k in [Change::Links, Change::Files, Change::Kubelet] {
-                        c.add(k);
-                    }
-                }
-                _ = full.tick() => {
-                    for k in [Change::Devices, Change::Files, Change::Kubelet] {
-                        c.add(k);
-                    }
                 }
             }
-            break;
+            _ = full.tick() => {
+                for k in [Change::Devices, Change::Files, Change::Kubelet] {
+                    c.add(k);
+                }
+            }
         }
         debug!("changed: {c:?}");
     }

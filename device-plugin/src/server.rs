@@ -36,8 +36,6 @@ pub struct Timing {
     pub full_poll: Duration,
     /// How long a burst of events is gathered into one change.
     pub debounce: Duration,
-    /// How often the loop says it is alive (`/healthz` fails after ten missed beats).
-    pub heartbeat: Duration,
     /// How often the plugin looks for its socket without an event in the kubelet's directory.
     pub socket_check: Duration,
     /// The longest wait between registration attempts.
@@ -50,7 +48,6 @@ impl Default for Timing {
             poll: Duration::from_secs(60),
             full_poll: Duration::from_secs(600),
             debounce: Duration::from_millis(150),
-            heartbeat: Duration::from_secs(5),
             socket_check: Duration::from_secs(60),
             max_backoff: Duration::from_secs(10),
         }

@@ -195,7 +195,7 @@ expected_of() {
       helm-upgrade-new-plugin helm-uninstall helm-uninstall-then-delete kustomize-after-helm ;;
     migration.sh) set -- mig-anchors mig-sriovdp-resources mig-sriov-cni-pods mig-sriovdp-figures mig-switch-to-ours \
       mig-old-pods-kept mig-old-pods-deleted-by-sriov-cni mig-ours-pods mig-forward-no-leak mig-ours-figures \
-      mig-switch-back mig-ours-pods-deleted-by-ours mig-sriov-cni-pods-again mig-no-leak mig-node-restored ;;
+      mig-ours-pods-more mig-switch-back mig-ours-pods-deleted-by-ours mig-sriov-cni-pods-again mig-no-leak mig-node-restored ;;
     scenarios.sh) set -- pods-running device-plugin-allocation-to-multus pf-rows doctor-kubelet-holders ping \
       ping-jumbo delete-restores runtime-restarts device-plugin-re-registered runtime-restarts-then-delete \
       force-delete crictl-stopp-rmp crictl-stopp-rmp-then-delete node-crash node-crash-then-delete bad-rate \

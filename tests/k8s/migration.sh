@@ -102,8 +102,9 @@ mig_want_row() { case $1 in mig-a) echo 'vlan 210,.*spoof checking on,.*trust on
 # each pod's VF (the device plugin's variable = net1's device, one of PF1's VFs 0-3) and its PF row; sets
 # MIG_WHY, MIG_VFS ("pod=pci ..."), appends the apply → Ready times to $MIG/start-STACK
 mig_start() {
-  local st=$1 p n t vf idx row i
+  local st=$1 p n t vf idx row i a0 a1
   MIG_WHY=""; MIG_VFS=""
+  a0=$(mig_kubelet_alloc)
   t=$(mig_ms)
   { mig_pod "$2" mig-a; echo ---; mig_pod "$3" mig-b; } | k apply -f - >/dev/null
   for p in "$2" "$3"; do
@@ -120,6 +121,13 @@ mig_start() {
     echo "$row" | grep -Eq "$(mig_want_row $n)" || MIG_WHY="$MIG_WHY $p ($n): $PF1 row of $vf '$row';"
     MIG_VFS="$MIG_VFS $p=$vf"
   done
+  # The kubelet timed one Allocate per pod (one container, one VF each).
+  a1=$(mig_kubelet_alloc)
+  if [ -n "$a0" ] && [ -n "$a1" ]; then
+    set -- $a0 $a1
+    echo "$(( ${3%.*} - ${1%.*} )) $(awk -v a="$2" -v b="$4" 'BEGIN { printf "%.6f", b - a }')" >> "$MIG/alloc-$st"
+    [ "$(( ${3%.*} - ${1%.*} ))" = 2 ] || MIG_WHY="$MIG_WHY the kubelet timed $(( ${3%.*} - ${1%.*} )) Allocate calls of $MIG_RES for two pods ($a0 → $a1);"
+  else MIG_WHY="$MIG_WHY the kubelet's metrics (kubelet_device_plugin_alloc_duration_seconds) could not be read: '$a0' → '$a1';"; fi
 }
 mig_vf() { echo "$MIG_VFS" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 # mig_gone_check P...: after the pods are deleted, each one's VF is back as in the snapshot before (row, name, MTU)
@@ -142,17 +150,45 @@ mig_gone_check() {
 mig_pid() { # mig_pid CMDLINE-PREFIX: the node's process whose command line starts so
   onnode "for p in /proc/[0-9]*; do tr '\\0' ' ' < \$p/cmdline 2>/dev/null | grep -q '^$1' && basename \$p; done" 2>/dev/null | head -1
 }
-mig_ticks() { onnode "cat /proc/$1/stat" 2>/dev/null | sed 's/.*) //' | awk '{ print $12 + $13 }'; }
+# mig_idle PID: the process's CPU over MIG_IDLE idle seconds, sampled on the node every second with shell builtins
+# only (nothing forked there while it runs): per thread, the time on a CPU in ns (/proc/PID/task/TID/schedstat)
+# and the voluntary context switches (sleeps and wake-ups); a thread that ends keeps what it used until its last
+# sample. Prints "CPU-MS WAKEUPS SECONDS".
+mig_idle() {
+  onnode "n=0; while [ \$n -le $MIG_IDLE ]; do read up x < /proc/uptime; echo U \$up
+      for t in /proc/$1/task/*; do w=; while read k v; do [ \"\$k\" = voluntary_ctxt_switches: ] && w=\$v; done < \$t/status
+        read ns x < \$t/schedstat && echo T \$n \${t##*/} \$ns \$w; done
+      n=\$((n + 1)); sleep 1; done" 2>/dev/null | awk '
+    $1 == "U" { if (u0 == "") u0 = $2; u1 = $2 }
+    $1 == "T" { if ($2 == 0) { f[$3] = $4; fw[$3] = $5 } l[$3] = $4; lw[$3] = $5 }
+    END { for (t in l) { ns += l[t] - f[t]; w += lw[t] - fw[t] } if (u0 != "") printf "%.1f %d %.0f\n", ns / 1e6, w, u1 - u0 }'
+}
+# mig_kubelet_alloc: the kubelet's own timing of the Allocate calls for MIG_RES, from its /metrics through the API
+# server (histogram kubelet_device_plugin_alloc_duration_seconds): "COUNT SUM-SECONDS", "0 0" before the first
+# call, nothing when the kubelet's metrics cannot be read
+mig_kubelet_alloc() {
+  k get --raw /api/v1/nodes/localhost/proxy/metrics 2>/dev/null | awk -v r="resource_name=\"$MIG_RES\"" '
+    /^kubelet_/ { seen = 1 }
+    index($1, "kubelet_device_plugin_alloc_duration_seconds_count{") == 1 && index($1, r) { c = $2 }
+    index($1, "kubelet_device_plugin_alloc_duration_seconds_sum{") == 1 && index($1, r) { s = $2 }
+    END { if (seen) print (c == "" ? 0 : c), (s == "" ? 0 : s) }'
+}
+# mig_alloc_of STACK: the Allocate calls the kubelet timed for the stack's pods so far: "mean X ms over N calls"
+mig_alloc_of() {
+  awk '{ c += $1; s += $2 } END { if (c > 0) printf "mean %.1f ms over %d calls (%s)", s * 1000 / c, c, per; else print "none" }' \
+    per="$(awk '$1 > 0 { printf "%s%.1f", (NR > 1 ? ", " : ""), $2 * 1000 / $1 }' "$MIG/alloc-$1" 2>/dev/null) ms per round" "$MIG/alloc-$1" 2>/dev/null
+}
 # mig_figures STACK CMDLINE-PREFIX: the device plugin's VmRSS and its CPU over MIG_IDLE idle seconds; sets MIG_FIG
 mig_figures() {
-  local pid c0 c1 rss
+  local pid idle rss
   MIG_FIG=""
   pid=$(mig_pid "$2")
   [ -n "$pid" ] || return 1
-  c0=$(mig_ticks "$pid"); sleep "$MIG_IDLE"; c1=$(mig_ticks "$pid")
+  idle=$(mig_idle "$pid")
   rss=$(onnode "grep VmRSS /proc/$pid/status" 2>/dev/null | awk '{ print $2 }')
-  [ -n "$c0" ] && [ -n "$c1" ] && [ -n "$rss" ] || return 1
-  MIG_FIG="pid $pid VmRSS $rss kB, CPU $((c1 - c0)) ticks ($(( (c1 - c0) * 10 )) ms utime+stime) over ${MIG_IDLE} s idle, pod start median $(mig_median < "$MIG/start-$1") ms (apply → Ready with net1 carrier, $(wc -l < "$MIG/start-$1") pods: $(tr '\n' ' ' < "$MIG/start-$1"| sed 's/ $//') ms)"
+  [ -n "$idle" ] && [ -n "$rss" ] || return 1
+  set -- "$1" $idle
+  MIG_FIG="pid $pid VmRSS $rss kB, CPU $2 ms and $3 wake-ups over $4 s idle (schedstat of its threads), Allocate as the kubelet timed it: $(mig_alloc_of "$1"), pod start median $(mig_median < "$MIG/start-$1") ms (apply → Ready with net1 carrier, $(wc -l < "$MIG/start-$1") pods: $(tr '\n' ' ' < "$MIG/start-$1"| sed 's/ $//') ms)"
 }
 # mig_dp_deleted SELECTOR: deletes the device plugin's pod while pods hold VFs and follows the node status
 # (capacity/allocatable of the resource, the plugin's pods ready) for 50 s; sets MIG_TRACE
@@ -450,6 +486,17 @@ if [ -z "$why" ]; then
   pass "mig-ours-figures($FIG_OURS; pod $DPO deleted: $TRACE_OURS; then allocatable 4; mig-o1/o2 Running, same UID)"
 else fail mig-ours-figures "$why"; fi
 
+# --- mig-ours-pods-more: two more pods on sriov-rdma (pod start and Allocate samples: four per stack), the node's
+#     last two VFs of the resource, deleted again: their VFs back as before ---
+mig_start ours mig-o3 mig-o4
+why=$MIG_WHY; MIG_O34_VFS=$MIG_VFS
+O3VF=$(mig_vf mig-o3); O4VF=$(mig_vf mig-o4)
+mig_gone_check mig-o3 mig-o4; why="$why$MIG_WHY"
+if [ -z "$why" ]; then
+  pass "mig-ours-pods-more(mig-o3 $O3VF and mig-o4 $O4VF Ready with net1 carrier and their rows, then deleted: both back as before; pod start of all four: $(tr '\n' ' ' < "$MIG/start-ours" | sed 's/ $//') ms)"
+else fail mig-ours-pods-more "$why"; fi
+MIG_VFS=$MIG_O_VFS
+
 # --- mig-switch-back: this project's DaemonSet deleted, sriovdp again with the same config.json, NADs back ---
 why=""
 k -n kube-system delete ds/sriov-rdma configmap/sriov-rdma-config --wait=true --timeout=120s >/dev/null 2>&1
@@ -492,7 +539,7 @@ R1VF=$(mig_vf mig-r1); R2VF=$(mig_vf mig-r2); MIG_R_VFS=$MIG_VFS
 if [ -z "$why" ]; then
   pass "mig-sriov-cni-pods-again(mig-r1: $R1VF row '$(mig_row "$R1VF")'; mig-r2: $R2VF row '$(mig_row "$R2VF")'; sriov-cni's cache: ${mig_c% }; no sriov-rdma record)"
 else fail mig-sriov-cni-pods-again "$why"; fi
-say "figures: sriovdp v3.11.0 + sriov-cni v2.10.0 pod start, all its pods: median $(mig_median < "$MIG/start-sriov") ms ($(tr '\n' ' ' < "$MIG/start-sriov" | sed 's/ $//') ms); sriov-rdma: median $(mig_median < "$MIG/start-ours") ms ($(tr '\n' ' ' < "$MIG/start-ours" | sed 's/ $//') ms)"
+say "figures: sriovdp v3.11.0 + sriov-cni v2.10.0 pod start, all its pods: median $(mig_median < "$MIG/start-sriov") ms ($(tr '\n' ' ' < "$MIG/start-sriov" | sed 's/ $//') ms), Allocate as the kubelet timed it: $(mig_alloc_of sriov); sriov-rdma: median $(mig_median < "$MIG/start-ours") ms ($(tr '\n' ' ' < "$MIG/start-ours" | sed 's/ $//') ms), Allocate: $(mig_alloc_of ours)"
 
 # --- mig-no-leak: every pod gone, every VF as before step 2 ---
 MIG_VFS=$MIG_R_VFS; mig_gone_check mig-r1 mig-r2; why=$MIG_WHY
