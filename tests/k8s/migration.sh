@@ -163,11 +163,12 @@ mig_idle() {
     $1 == "T" { if ($2 == 0) { f[$3] = $4; fw[$3] = $5 } l[$3] = $4; lw[$3] = $5 }
     END { for (t in l) { ns += l[t] - f[t]; w += lw[t] - fw[t] } if (u0 != "") printf "%.1f %d %.0f\n", ns / 1e6, w, u1 - u0 }'
 }
-# mig_kubelet_alloc: the kubelet's own timing of the Allocate calls for MIG_RES, from its /metrics through the API
-# server (histogram kubelet_device_plugin_alloc_duration_seconds): "COUNT SUM-SECONDS", "0 0" before the first
-# call, nothing when the kubelet's metrics cannot be read
+# mig_kubelet_alloc: the kubelet's own timing of the Allocate calls for MIG_RES, from its /metrics (histogram
+# kubelet_device_plugin_alloc_duration_seconds; asked as the API server asks the kubelet, with its client
+# certificate on the forwarded port: the API server does not proxy to a node at a loopback address):
+# "COUNT SUM-SECONDS", "0 0" before the first call, nothing when the kubelet's metrics cannot be read
 mig_kubelet_alloc() {
-  k get --raw /api/v1/nodes/localhost/proxy/metrics 2>/dev/null | awk -v r="resource_name=\"$MIG_RES\"" '
+  curl -sk --max-time 20 --cert "$pki/admin.crt" --key "$pki/admin.key" "https://127.0.0.1:$KP/metrics" 2>/dev/null | awk -v r="resource_name=\"$MIG_RES\"" '
     /^kubelet_/ { seen = 1 }
     index($1, "kubelet_device_plugin_alloc_duration_seconds_count{") == 1 && index($1, r) { c = $2 }
     index($1, "kubelet_device_plugin_alloc_duration_seconds_sum{") == 1 && index($1, r) { s = $2 }
@@ -175,6 +176,7 @@ mig_kubelet_alloc() {
 }
 # mig_alloc_of STACK: the Allocate calls the kubelet timed for the stack's pods so far: "mean X ms over N calls"
 mig_alloc_of() {
+  [ -s "$MIG/alloc-$1" ] || { echo none; return; }
   awk '{ c += $1; s += $2 } END { if (c > 0) printf "mean %.1f ms over %d calls (%s)", s * 1000 / c, c, per; else print "none" }' \
     per="$(awk '$1 > 0 { printf "%s%.1f", (NR > 1 ? ", " : ""), $2 * 1000 / $1 }' "$MIG/alloc-$1" 2>/dev/null) ms per round" "$MIG/alloc-$1" 2>/dev/null
 }
