@@ -554,7 +554,7 @@ left=$(onnode 'cd /var/lib/cni/sriov 2>/dev/null && find . -type f | tr "\n" " "
 macs=$(diff <(echo "$MIGMAC0") <(mig_macs) | grep '^[<>]' | tr '\n' ';')
 [ -z "$macs" ] || say "migration: VF MACs changed since the start (not compared): $macs"
 if [ -z "$why" ]; then
-  pass "mig-no-leak(all six pods deleted: the $(echo "$now" | grep -c ' vf') VFs of $PF1 and $PF2 with the name, MTU and PF row of before, records as before; left by sriov-cni in /var/lib/cni/sriov: '${left% }')"
+  pass "mig-no-leak(all eight pods deleted: the $(echo "$now" | grep -c ' vf') VFs of $PF1 and $PF2 with the name, MTU and PF row of before, records as before; left by sriov-cni in /var/lib/cni/sriov: '${left% }')"
 else fail mig-no-leak "$why"; fi
 
 # --- mig-node-restored: the anchors' objects and files gone, the overlay applied again as the set-up left it ---
