@@ -295,7 +295,7 @@ async fn run(
         match metrics::bind(addr).await {
             Ok(l) => {
                 info!("metrics on http://{addr}/metrics, probes /healthz and /readyz");
-                tokio::spawn(metrics::serve(l));
+                tokio::spawn(metrics::serve(l, paths.clone()));
             }
             Err(e) => {
                 error!("{e}");

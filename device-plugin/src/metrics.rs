@@ -190,16 +190,23 @@ impl Metrics {
         (p.started, p.busy_since) = (true, None);
     }
 
-    /// The figures of one round: each resource's list as sent to the kubelet, the kubelet's allocations and the
-    /// attachment records. Reads files and netlink: call it off the runtime's thread.
-    pub fn observe(&self, lists: &[(String, Vec<Offered>)], paths: &Paths) {
+    /// The figures of one round: each resource's list as sent to the kubelet. Costs nothing but counting.
+    pub fn observe(&self, lists: &[(String, Vec<Offered>)]) {
         for (name, list) in lists {
             self.offered.get_or_create(&res(name)).set(list.len() as i64);
             self.healthy.get_or_create(&res(name)).set(list.iter().filter(|o| o.health == HEALTHY).count() as i64);
         }
+    }
+
+    /// The figures read from the node when `/metrics` is asked for, not in every round of the loop (an idle
+    /// daemon that nobody scrapes reads nothing): the kubelet's allocations and the attachment records. Reads
+    /// files and netlink: call it off the runtime's thread.
+    pub fn read_node(&self, paths: &Paths) {
+        let names: Vec<String> =
+            self.probes.lock().unwrap_or_else(|e| e.into_inner()).registered.keys().cloned().collect();
         // The kubelet writes its checkpoint; a missing or unreadable one counts nothing rather than stale figures.
         let cp = Checkpoint::read(&paths.kubelet_dir.join(CHECKPOINT)).ok().flatten().unwrap_or_default();
-        for (name, _) in lists {
+        for name in &names {
             let ids: BTreeSet<&String> =
                 cp.allocations.iter().filter(|a| &a.resource == name).flat_map(|a| &a.devices).collect();
             self.allocated.get_or_create(&res(name)).set(ids.len() as i64);
@@ -272,13 +279,23 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, String> {
     tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("listening for metrics on {addr}: {e}"))
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` for as long as the daemon runs.
-pub async fn serve(listener: tokio::net::TcpListener) {
+/// Serves `/metrics`, `/healthz` and `/readyz` for as long as the daemon runs; `/metrics` reads the node's
+/// allocations and records under `paths` first.
+pub async fn serve(listener: tokio::net::TcpListener, paths: Paths) {
     let app = axum::Router::new()
         .route(
             "/metrics",
-            route_get(|| async {
-                ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], get().render())
+            route_get(move || {
+                let paths = paths.clone();
+                async move {
+                    let text = tokio::task::spawn_blocking(move || {
+                        get().read_node(&paths);
+                        get().render()
+                    })
+                    .await
+                    .unwrap_or_else(|e| format!("# reading the node's figures: {e}\n"));
+                    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
+                }
             }),
         )
         .route("/healthz", route_get(|| async { probe(get().health()) }))

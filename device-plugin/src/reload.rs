@@ -1,7 +1,7 @@
 //! The daemon's loop: it waits for a change (events.rs: link and device events, file-system notifications) or
 //! one of its slow polls, then does only what that change needs: re-read link and RDMA port state, scan the node,
 //! read the config file and the node policy's ConfigMap file again, or tell the servers that the kubelet's
-//! directory changed; it refreshes the metrics after each and tells `/healthz` when it is in a round. The kubelet updates a mounted
+//! directory changed; it counts what it offers for the metrics after each and tells `/healthz` when it is in a round. The kubelet updates a mounted
 //! ConfigMap by swapping the `..data` symbolic link to a new directory, so the files' content is compared as read
 //! through the links after any event in their directory: a swap, an edit in place and a file that comes back are
 //! all seen. A valid config is applied (resources added, changed, removed); an invalid one keeps the previous
@@ -106,11 +106,7 @@ pub async fn run(
             kubelet_dir.send_modify(|n| *n = n.wrapping_add(1));
         }
         events.set_netdevs(watcher.netdevs());
-        let lists = watcher.lists();
-        let p = paths.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || metrics::get().observe(&lists, &p)).await {
-            error!("reading the figures for metrics: {e}");
-        }
+        metrics::get().observe(&watcher.lists());
         metrics::get().waiting();
         first_round = false;
         c = Changes::default();

@@ -153,15 +153,20 @@ mig_pid() { # mig_pid CMDLINE-PREFIX: the node's process whose command line star
 # mig_idle PID: the process's CPU over MIG_IDLE idle seconds, sampled on the node every second with shell builtins
 # only (nothing forked there while it runs): per thread, the time on a CPU in ns (/proc/PID/task/TID/schedstat)
 # and the voluntary context switches (sleeps and wake-ups); a thread that ends keeps what it used until its last
-# sample. Prints "CPU-MS WAKEUPS SECONDS".
+# sample. Prints "CPU-MS WAKEUPS SECONDS BY-THREAD", BY-THREAD the threads' names with their ms and wake-ups
+# (name=ms/wake-ups, comma-separated, those that used any).
 mig_idle() {
   onnode "n=0; while [ \$n -le $MIG_IDLE ]; do read up x < /proc/uptime; echo U \$up
       for t in /proc/$1/task/*; do w=; while read k v; do [ \"\$k\" = voluntary_ctxt_switches: ] && w=\$v; done < \$t/status
-        read ns x < \$t/schedstat && echo T \$n \${t##*/} \$ns \$w; done
+        read c < \$t/comm; read ns x < \$t/schedstat && echo T \$n \${t##*/} \$ns \$w \$c; done
       n=\$((n + 1)); sleep 1; done" 2>/dev/null | awk '
     $1 == "U" { if (u0 == "") u0 = $2; u1 = $2 }
-    $1 == "T" { if ($2 == 0) { f[$3] = $4; fw[$3] = $5 } l[$3] = $4; lw[$3] = $5 }
-    END { for (t in l) { ns += l[t] - f[t]; w += lw[t] - fw[t] } if (u0 != "") printf "%.1f %d %.0f\n", ns / 1e6, w, u1 - u0 }'
+    $1 == "T" { if ($2 == 0) { f[$3] = $4; fw[$3] = $5 } l[$3] = $4; lw[$3] = $5; c[$3] = $6 }
+    END {
+      for (t in l) { d = l[t] - f[t]; e = lw[t] - fw[t]; ns += d; w += e; bn[c[t]] += d; bw[c[t]] += e }
+      for (n in bn) if (bn[n] > 0 || bw[n] > 0) by = by (by == "" ? "" : ",") sprintf("%s=%.1f/%d", n, bn[n] / 1e6, bw[n])
+      if (u0 != "") printf "%.1f %d %.0f %s\n", ns / 1e6, w, u1 - u0, by
+    }'
 }
 # mig_kubelet_alloc: the kubelet's own timing of the Allocate calls for MIG_RES, from its /metrics (histogram
 # kubelet_device_plugin_alloc_duration_seconds; asked as the API server asks the kubelet, with its client
@@ -190,7 +195,7 @@ mig_figures() {
   rss=$(onnode "grep VmRSS /proc/$pid/status" 2>/dev/null | awk '{ print $2 }')
   [ -n "$idle" ] && [ -n "$rss" ] || return 1
   set -- "$1" $idle
-  MIG_FIG="pid $pid VmRSS $rss kB, CPU $2 ms and $3 wake-ups over $4 s idle (schedstat of its threads), Allocate as the kubelet timed it: $(mig_alloc_of "$1"), pod start median $(mig_median < "$MIG/start-$1") ms (apply → Ready with net1 carrier, $(wc -l < "$MIG/start-$1") pods: $(tr '\n' ' ' < "$MIG/start-$1"| sed 's/ $//') ms)"
+  MIG_FIG="pid $pid VmRSS $rss kB, CPU $2 ms and $3 wake-ups over $4 s idle (schedstat of its threads; by thread ms/wake-ups: ${5:-none}), Allocate as the kubelet timed it: $(mig_alloc_of "$1"), pod start median $(mig_median < "$MIG/start-$1") ms (apply → Ready with net1 carrier, $(wc -l < "$MIG/start-$1") pods: $(tr '\n' ' ' < "$MIG/start-$1"| sed 's/ $//') ms)"
 }
 # mig_dp_deleted SELECTOR: deletes the device plugin's pod while pods hold VFs and follows the node status
 # (capacity/allocatable of the resource, the plugin's pods ready) for 50 s; sets MIG_TRACE
