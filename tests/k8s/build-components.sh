@@ -23,11 +23,12 @@ RUNC=v1.5.3
 CRI_TOOLS=v1.37.0
 MULTUS=v4.2.3
 RDMA_CNI=v1.6.0  # tests/k8s/go/multus and go/rdma-cni pin these two as well
+WHEREABOUTS=v0.9.2  # and tests/k8s/go/whereabouts this one
 # The Helm CLI of the chart's checks (make chart) and of tests/k8s/helm.sh.
 HELM=v4.3.2
 
 die() { echo "build-components: $*" >&2; exit 1; }
-ALL="kubernetes etcd containerd runc cri-tools multus rdma-cni helm"
+ALL="kubernetes etcd containerd runc cri-tools multus rdma-cni whereabouts helm"
 ONLY=${*:-$ALL}
 for c in $ONLY; do case " $ALL " in *" $c "*) ;; *) die "unknown component $c (one of: $ALL)" ;; esac; done
 want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
@@ -126,12 +127,22 @@ build "multus-$MULTUS" multus -- modbuild multus multus gopkg.in/k8snetworkplumb
 # The anchor rdma-cni (issue 18's comparison).
 build "rdma-cni-$RDMA_CNI" rdma -- modbuild rdma-cni rdma github.com/k8snetworkplumbingwg/rdma-cni/cmd/rdma
 
+# whereabouts, the cluster-wide IPAM (tests/k8s/whereabouts.sh): its module has a replace directive, which `go
+# install …@version` refuses. Its CRDs (the IPPool its allocations live in) come from the same module.
+whereabouts_build() {
+    local m=github.com/k8snetworkplumbingwg/whereabouts
+    modbuild whereabouts whereabouts "$m/cmd"
+    mkdir -p "$OUT/crds"
+    cp "$(cd "$HERE/go/whereabouts" && go list -m -f '{{.Dir}}' "$m")"/doc/crds/whereabouts.cni.cncf.io_*.yaml "$OUT/crds/"
+}
+build "whereabouts-$WHEREABOUTS" whereabouts -- whereabouts_build
+
 # Helm v4 from its module (helm.sh/helm/v4 has no replace directives); `helm version` says the module's version.
 build "helm-$HELM" helm -- goinstall -ldflags "-s -w" "helm.sh/helm/v4/cmd/helm@$HELM"
 
 echo "build-components: total build seconds this run: $total"
 for d in "kubernetes-$KUBERNETES" "etcd-$ETCD" "containerd-$CONTAINERD" "runc-$RUNC" "cri-tools-$CRI_TOOLS" \
-    "multus-$MULTUS" "rdma-cni-$RDMA_CNI" "helm-$HELM"; do
+    "multus-$MULTUS" "rdma-cni-$RDMA_CNI" "whereabouts-$WHEREABOUTS" "helm-$HELM"; do
     want "${d%-v*}" && echo "component $d $CACHE/$d"
 done
 exit 0

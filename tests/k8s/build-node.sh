@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what the emulated machine needs beyond its initramfs to be a Kubernetes node, as a second
 # (uncompressed) cpio archive the kernel unpacks over the first one: containerd, runc, the kubelet, crictl,
-# Multus and the reference plugins for the cluster network, the images (build-images.sh), the node's
+# Multus and the reference plugins for the cluster network, whereabouts, the images (build-images.sh), the node's
 # configuration (node/), the modules the node adds (virtio_net for the management NIC, overlay for
 # containerd's snapshots) and node.sh.
 #   build-node.sh KERNEL-ROOT OUT.cpio       (components from build-components.sh)
@@ -18,7 +18,7 @@ mkdir -p "$root"/{usr/bin,opt/cni/bin,images,etc/containerd,etc/cni/net.d,etc/ku
 for b in kubelet; do cp "$(dir kubernetes)/$b" "$root/usr/bin/"; done
 for b in containerd containerd-shim-runc-v2 ctr; do cp "$(dir containerd)/$b" "$root/usr/bin/"; done
 cp "$(dir runc)/runc" "$(dir cri-tools)/crictl" "$root/usr/bin/"
-cp "$(dir multus)/multus" "$root/opt/cni/bin/"
+cp "$(dir multus)/multus" "$(dir whereabouts)/whereabouts" "$root/opt/cni/bin/"
 # The device plugin's binary on the node's PATH, as an operator installs it for `sriov-rdma doctor` to name the
 # pods that hold VFs (it asks the kubelet's pod-resources API through it); the DaemonSet runs its own copy.
 top=$(cd "$here/../.." && pwd)

@@ -22,7 +22,7 @@ initrd=${2:?}
 cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
-FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh"
+FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh whereabouts.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -205,6 +205,7 @@ expected_of() {
     tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
+    whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
   esac
   printf '%s\n' "$@"
 }
@@ -264,6 +265,36 @@ PFS=$(onnode 'for n in /sys/class/net/*; do [ "$(basename "$(readlink $n/device/
 set -- $PFS; PF1=${1:-}; PF2=${2:-}
 [ -n "$PF1" ] && [ -n "$PF2" ] || { fail node-pfs "two igb PFs expected on the node, found '$PFS'"; finish; }
 vf_pci() { onnode "basename \$(readlink /sys/class/net/$1/device/virtfn$2)"; }
+# What a DEL must give back: the PF rows, every VF's netdev name, MAC and MTU, this plugin's records.
+node_snap() {
+  onnode "/usr/sbin/ip link show $PF1 | grep ' vf '; /usr/sbin/ip link show $PF2 | grep ' vf '
+        for v in /sys/class/net/$PF1/device/virtfn* /sys/class/net/$PF2/device/virtfn*; do
+          p=\$(basename \$(readlink \$v)); n=\$(ls /sys/bus/pci/devices/\$p/net 2>/dev/null)
+          echo \"\$p \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
+        echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '[.]lock\$' | tr '\n' ' ')" 2>&1
+}
+vf_pod() { # vf_pod NAME NAD RESOURCE: an unprivileged pod in default asking for one VF of RESOURCE, net1 on NAD
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: default
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '[{"name":"$2","interface":"net1"}]'
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 2
+  containers:
+    - name: worker
+      image: localhost/sriov-rdma-pod:1
+      imagePullPolicy: Never
+      command: ["sleep", "1000000"]
+      resources:
+        requests: { "$3": "1" }
+        limits: { "$3": "1" }
+EOF
+}
 say "node PFs $PF1 $PF2"
 
 # --- installer: the project's DaemonSet as shipped puts the plugin into the node's /opt/cni/bin ---
@@ -376,5 +407,7 @@ else
   include helm.sh
   include migration.sh
   include scenarios.sh
+  # whereabouts.sh last: the node as scenarios.sh leaves it (its VFs back, the overlay's resources offered).
+  include whereabouts.sh
 fi
 finish

@@ -22,14 +22,6 @@ hwait_dp() {
   done
   return 1
 }
-# What a DEL must give back, as scenarios.sh's snapshot: the PF rows, every VF's netdev name, MAC and MTU, records.
-hsnap() {
-  onnode "/usr/sbin/ip link show $PF1 | grep ' vf '; /usr/sbin/ip link show $PF2 | grep ' vf '
-        for v in /sys/class/net/$PF1/device/virtfn* /sys/class/net/$PF2/device/virtfn*; do
-          p=\$(basename \$(readlink \$v)); n=\$(ls /sys/bus/pci/devices/\$p/net 2>/dev/null)
-          echo \"\$p \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
-        echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '[.]lock\$' | tr '\n' ' ')" 2>&1
-}
 hpod() { # hpod NAME: an unprivileged pod on the NAD helm-net asking for one rdma/hca
   local c="{\"name\":\"worker\",\"image\":\"localhost/sriov-rdma-pod:1\",\"imagePullPolicy\":\"Never\",\"command\":[\"sleep\",\"1000000\"],\"resources\":{\"limits\":{\"rdma/hca\":\"1\"}}}"
   k run "$1" --image=localhost/sriov-rdma-pod:1 --restart=Never \
@@ -41,7 +33,7 @@ pod_vf() { k exec "$1" -- sh -c 'basename $(readlink /sys/class/net/net1/device)
 carrier() { k exec "$1" -- cat /sys/class/net/net1/carrier 2>/dev/null; }
 
 VFA=""; VFB=""; UIDA=""; hca=""
-H0=$(hsnap)
+H0=$(node_snap)
 KUST_CONFIG=$(k -n kube-system get configmap sriov-rdma-config -o 'jsonpath={.data.config\.json}')
 mkdir -p "$work/helm"
 # The values: the overlay's resources with PF1's igbvf VFs under the default name (resourceName rdma/hca), as an
@@ -172,7 +164,7 @@ left=$(k -n kube-system get ds,configmap,pod -l app.kubernetes.io/instance=sriov
 stays=$(onnode 'for f in /opt/cni/bin/sriov-rdma /opt/cni/bin/sriov-rdma-device-plugin /etc/sriov-rdma/policy.json; do test -f $f && echo $f; done' 2>/dev/null | tr '\n' ' ')
 [ "$stays" = "/opt/cni/bin/sriov-rdma /opt/cni/bin/sriov-rdma-device-plugin /etc/sriov-rdma/policy.json " ] || why="$why on the node: '$stays';"
 # Every VF but helm-a's is on the node with its netdev, and only helm-a's row carries VLAN 100.
-now=$(hsnap)
+now=$(node_snap)
 # (A VF bound to vfio-pci has no netdev before or after: counted from the snapshot before this file.)
 onhost=$(echo "$now" | awk -v a="$VFA" '$1 ~ /^0000:/ && $1 != a && NF == 4' | wc -l)
 all=$(echo "$H0" | awk '$1 ~ /^0000:/ && NF == 4' | wc -l)
@@ -187,7 +179,7 @@ else fail helm-uninstall "$why"; fi
 k delete pod helm-a --wait=false >/dev/null 2>&1
 k wait --for=delete pod/helm-a --timeout=120s >/dev/null 2>&1
 ok=""
-for _ in $(seq 1 60); do now=$(hsnap); [ "$now" = "$H0" ] && { ok=1; break; }; sleep 1; done
+for _ in $(seq 1 60); do now=$(node_snap); [ "$now" = "$H0" ] && { ok=1; break; }; sleep 1; done
 if [ -n "$ok" ]; then
   pass "helm-uninstall-then-delete(helm-a deleted without the daemon: every VF back under its name, MAC and MTU, PF rows and records as before)"
 else fail helm-uninstall-then-delete "$(diff <(echo "$H0") <(echo "$now") | grep '^[<>]' | head -6 | tr '\n' ';')"; fi

@@ -74,28 +74,7 @@ spec:
   config: '{"cniVersion":"1.0.0","name":"$1","type":"$2","vlan":$3,"spoofchk":"$4","trust":"$5","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.9.0.$6","rangeEnd":"10.9.0.$7"}]],"dataDir":"/var/lib/cni/mig-ipam"}}'
 EOF
 }
-mig_pod() { # mig_pod NAME NAD: an unprivileged pod asking for one VF of the resource
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $1
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: '[{"name":"$2","interface":"net1"}]'
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 2
-  containers:
-    - name: worker
-      image: localhost/sriov-rdma-pod:1
-      imagePullPolicy: Never
-      command: ["sleep", "1000000"]
-      resources:
-        requests: { "$MIG_RES": "1" }
-        limits: { "$MIG_RES": "1" }
-EOF
-}
+mig_pod() { vf_pod "$1" "$2" "$MIG_RES"; } # mig_pod NAME NAD: an unprivileged pod asking for one VF of the resource
 # The settings each NAD asks for, as the PF's VF table prints them.
 mig_want_row() { case $1 in mig-a) echo 'vlan 210,.*spoof checking on,.*trust on' ;; mig-b) echo 'vlan 211,.*spoof checking off,.*trust off' ;; esac; }
 # mig_start STACK P1 P2: applies two pods (P1 on mig-a, P2 on mig-b), waits for Ready and net1 carrier, checks

@@ -16,7 +16,7 @@ NAD=sriov-rdma-test
 NADB=sriov-rdma-test-b
 nad() { # nad NAME RESOURCE EXTRA-KEYS [RANGE-START RANGE-END]: the NAD like deploy/nad.yaml (VLAN 100, QoS 3,
         # spoofchk, trust, MTU 9000; not link_state, which the emulated igb PF refuses with EOPNOTSUPP), its
-        # resourceName the device plugin's resource, host-local IPAM (whereabouts is not on the node), the
+        # resourceName the device plugin's resource, host-local IPAM (whereabouts.sh shows whereabouts), the
         # plugin's log in /var/log/sriov-rdma/sriov-rdma.log
   cat <<EOF
 apiVersion: k8s.cni.cncf.io/v1
