@@ -97,7 +97,7 @@ snapb() {
 BEFOREB=$(snapb)
 say "node B before: $(echo "$BEFOREB" | tr '\n' ';')"
 
-# --- crio-pod-vf: a pod on node B through Multus and a NAD (VLAN 200, the pod's MAC) gets one of its VFs ---
+# --- crio-pod-vf: a pod on node B through Multus and a NAD (VLAN 200, a MAC) gets one of its VFs ---
 cat <<EOF | k apply -f - >/dev/null
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -107,7 +107,7 @@ metadata:
   annotations:
     k8s.v1.cni.cncf.io/resourceName: sriov-rdma/pfb
 spec:
-  config: '{"cniVersion":"1.0.0","name":"$NADC","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true,"mac":true},"vlan":$VLANC,"spoofchk":"on","mtu":9000,"logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.8.0.0/24","rangeStart":"10.8.0.10","rangeEnd":"10.8.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
+  config: '{"cniVersion":"1.0.0","name":"$NADC","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":$VLANC,"mac":"$MACC","spoofchk":"on","mtu":9000,"logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.8.0.0/24","rangeStart":"10.8.0.10","rangeEnd":"10.8.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
 ---
 apiVersion: v1
 kind: Pod
@@ -115,7 +115,7 @@ metadata:
   name: $PODC
   namespace: default
   annotations:
-    k8s.v1.cni.cncf.io/networks: '[{"name":"$NADC","interface":"net1","mac":"$MACC"}]'
+    k8s.v1.cni.cncf.io/networks: '[{"name":"$NADC","interface":"net1"}]'
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 2
