@@ -22,6 +22,8 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v gcc >/dev/null || need+=(gcc)
 # curl scrapes the device plugin's metrics on the Kubernetes node.
 [ -x /usr/bin/curl ] || need+=(curl)
+# conmon, CRI-O's container monitor, for node B of the Kubernetes test (K8S_NODE_B=crio: tests/k8s/build-node-crio.sh).
+[ -x /usr/bin/conmon ] || need+=(conmon)
 # The PCI ID database sriovdp reads, in its image on the Kubernetes node (tests/k8s/build-images.sh).
 [ -e /usr/share/misc/pci.ids ] || need+=(pci.ids)
 if [ ${#need[@]} -gt 0 ]; then

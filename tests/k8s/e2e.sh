@@ -14,6 +14,10 @@
 #       resources, doctor), then only these scenario files, in this order; a file that uses another's pods or
 #       functions is listed after it. Such a partial run ends with a partial verdict and exits 3 when all that ran
 #       passed (1 when not): it is never a full pass.
+#   K8S_NODE_B=crio e2e.sh ...   a second node, sriov-b, in the same cluster: another QEMU guest with one igb PF
+#       (pfb0, 3 VFs) whose runtime is CRI-O v1.36.3 (conmon, pinns, the same runc), tainted NoSchedule so that
+#       every scenario above stays on node A; crio.sh (its scenarios, pinned to it) runs after the other files.
+#       Without it, nothing of node B is built, booted or run.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -23,6 +27,12 @@ cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
 FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh whereabouts.sh"
+NODE_B=${K8S_NODE_B:-}
+case "$NODE_B" in "" | crio) ;; *) die "K8S_NODE_B=$NODE_B: the second node's runtime can be crio only" ;; esac
+# Node B: its name, its PF's name and VF count differ from node A's (real clusters are not uniform); the taint keeps
+# every pod that does not tolerate it (all of node A's scenarios) off it.
+NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
+[ -z "$NODE_B" ] || FILES="$FILES crio.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -41,6 +51,10 @@ dir() { echo "$comp" | awk -v n="$1" '$1 == "component" && index($2, n "-") == 1
 K8S=$(dir kubernetes); ETCD=$(dir etcd); HELM=$(dir helm)/helm
 say "building the node's archive (components, images, configuration)"
 node_cpio=$("$here/build-node.sh" "$kdir" "$cache/k8s-node.cpio") || die "building the node archive failed"
+if [ -n "$NODE_B" ]; then
+  say "building node B's layer (CRI-O, pinns, conmon, containers/storage)"
+  nodeb_cpio=$("$here/build-node-crio.sh" "$cache/k8s-node-crio.cpio") || die "building node B's layer failed"
+fi
 
 work=$(mktemp -d /tmp/k8s-e2e.XXXXXX)
 pids=()
@@ -58,6 +72,7 @@ trap 'exit 130' INT TERM
 
 freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 EP=$(freeport); EPP=$(freeport); AP=$(freeport); KP=$(freeport); CMP=$(freeport); SCP=$(freeport)
+[ -z "$NODE_B" ] || KPB=$(freeport)
 
 # Certificates: one CA; the API server's serving certificate (loopback for the host, 10.0.2.2 for the node);
 # one client certificate in system:masters for every component and kubectl; the service-account key pair.
@@ -110,14 +125,24 @@ start etcd "$ETCD/etcd" --name e2e --data-dir "$work/etcd" --unsafe-no-fsync \
   --listen-client-urls "http://127.0.0.1:$EP" --advertise-client-urls "http://127.0.0.1:$EP" \
   --listen-peer-urls "http://127.0.0.1:$EPP" --initial-advertise-peer-urls "http://127.0.0.1:$EPP" \
   --initial-cluster "e2e=http://127.0.0.1:$EPP"
-start kube-apiserver "$K8S/kube-apiserver" --etcd-servers "http://127.0.0.1:$EP" \
+api_args=(--etcd-servers "http://127.0.0.1:$EP" \
   --bind-address 127.0.0.1 --secure-port "$AP" --advertise-address 10.0.2.2 \
   --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true --authorization-mode Node,RBAC \
   --client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/api.crt" --tls-private-key-file "$pki/api.key" \
   --kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
   --kubelet-preferred-address-types Hostname \
   --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
-  --service-account-signing-key-file "$pki/sa.key" --profiling=false
+  --service-account-signing-key-file "$pki/sa.key" --profiling=false)
+if [ -z "$NODE_B" ]; then
+  start kube-apiserver "$K8S/kube-apiserver" "${api_args[@]}"
+else
+  # The API server reaches each kubelet by its node name (Hostname), at the port QEMU forwards from 127.0.0.1:
+  # node B's name resolves to 127.0.0.1 through an /etc/hosts of the API server's own (a private mount namespace:
+  # the host's file is not touched).
+  { cat /etc/hosts; echo "127.0.0.1 $NODEB"; } > "$work/hosts"
+  start kube-apiserver unshare -m sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$work/hosts" \
+    "$K8S/kube-apiserver" "${api_args[@]}"
+fi
 for _ in $(seq 1 120); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 1; done
 k get --raw /readyz >/dev/null 2>&1 || { keep_logs; die "the API server is not ready after 120 s (logs in $cache/k8s-logs)"; }
 start kube-controller-manager "$K8S/kube-controller-manager" --kubeconfig "$work/host.kubeconfig" \
@@ -133,11 +158,12 @@ run=$work/run; mkdir -p "$run/k8s/run"
 kubeconfig "https://10.0.2.2:$AP" > "$run/k8s/run/kubeconfig"
 cp "$pki/ca.crt" "$run/k8s/run/ca.crt"
 echo "KUBELET_PORT=$KP" > "$run/k8s/run/env"
-cat > "$run/k8s/run/kubelet.yaml" <<EOF
+kubelet_yaml() { # kubelet_yaml PORT RUNTIME-ENDPOINT
+cat <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 10.0.2.15
-port: $KP
+port: $1
 readOnlyPort: 0
 healthzPort: 0
 authentication:
@@ -146,7 +172,7 @@ authentication:
   x509: { clientCAFile: /k8s/run/ca.crt }
 authorization: { mode: AlwaysAllow }
 cgroupDriver: cgroupfs
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+containerRuntimeEndpoint: $2
 failSwapOn: false
 resolvConf: ""
 # The root is a tmpfs: no local-storage accounting, no disk-pressure eviction, no image garbage collection.
@@ -160,12 +186,26 @@ topologyManagerPolicy: single-numa-node
 # Pods (and so mounted ConfigMaps) are synced every 10 s instead of every minute: the reload scenarios wait less.
 syncFrequency: 10s
 EOF
+}
+kubelet_yaml "$KP" unix:///run/containerd/containerd.sock > "$run/k8s/run/kubelet.yaml"
 (cd "$run" && find . | cpio -o -H newc -R 0:0 --quiet) > "$work/run.cpio"
 # One initrd: the emulated machine's, the node's archive, this run's; each part starts 4-byte aligned (the
 # kernel looks for the next cpio archive only there), so the parts are padded to 512 bytes.
 for part in "$initrd" "$node_cpio" "$work/run.cpio"; do
   cat "$part"; s=$(stat -c %s "$part"); pad=$(( (512 - s % 512) % 512 )); head -c "$pad" /dev/zero
 done > "$work/initrd"
+if [ -n "$NODE_B" ]; then
+  # Node B's part: the same kubeconfig and CA, its own kubelet configuration (CRI-O's socket, its port) and env.
+  runb=$work/runb; mkdir -p "$runb/k8s/run"
+  cp "$run/k8s/run/kubeconfig" "$run/k8s/run/ca.crt" "$runb/k8s/run/"
+  printf 'KUBELET_PORT=%s\nNODE_NAME=%s\nRUNTIME=crio\nPF_NAME=%s\nPF_VFS=%s\nKUBELET_ARGS=--register-with-taints=%s\n' \
+    "$KPB" "$NODEB" "$PFB" "$PFB_VFS" "$NODEB_TAINT" > "$runb/k8s/run/env"
+  kubelet_yaml "$KPB" unix:///var/run/crio/crio.sock > "$runb/k8s/run/kubelet.yaml"
+  (cd "$runb" && find . | cpio -o -H newc -R 0:0 --quiet) > "$work/runb.cpio"
+  for part in "$initrd" "$node_cpio" "$nodeb_cpio" "$work/runb.cpio"; do
+    cat "$part"; s=$(stat -c %s "$part"); pad=$(( (512 - s % 512) % 512 )); head -c "$pad" /dev/zero
+  done > "$work/initrd-b"
+fi
 
 say "booting the node (QEMU igb PFs + a user-mode NIC, kernel $(ls "$kdir/lib/modules" | head -1), 2.5 GiB)"
 console=$logs/console.log
@@ -180,6 +220,23 @@ qpid=$!; pids+=($qpid)
 # The node's console lines as they come.
 tail -n +1 -f --pid=$qpid "$console" | sed -u 's/\r$//' | grep -a --line-buffered -E '^(NODE|VMLOG|RESULT setup)' &
 pids+=($!)
+if [ -n "$NODE_B" ]; then
+  # Node B: one igb PF on a hub of its own, at another PCI slot than node A's PFs (so its VFs' addresses differ
+  # too), its own user-mode NIC (the same 10.0.2.0/24 as node A's: each guest's is private) forwarding its
+  # kubelet's port.
+  say "booting node B ($NODEB: CRI-O, one igb PF with $PFB_VFS VFs as $PFB, 2.5 GiB)"
+  consoleb=$logs/console-b.log
+  qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 2560 -smp 2 -nographic -no-reboot \
+    -machine q35 -global q35-pcihost.pci-hole64-size=0 -device intel-iommu,intremap=off \
+    -netdev hubport,id=h0,hubid=0 -device igb,netdev=h0,addr=0x6 \
+    -netdev "user,id=mg,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:$KPB-10.0.2.15:$KPB" -device virtio-net-pci,netdev=mg,addr=0x10 \
+    -kernel "$kdir/boot/vmlinuz" -initrd "$work/initrd-b" \
+    -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on apparmor=0 sriov_rdma=k8s" \
+    > "$consoleb" 2>&1 < /dev/null &
+  qpidb=$!; pids+=($qpidb)
+  tail -n +1 -f --pid=$qpidb "$consoleb" | sed -u 's/\r$//' | grep -a --line-buffered -E '^(NODE|VMLOG)' | sed -u 's/^/node B: /' &
+  pids+=($!)
+fi
 
 PASS=0; FAIL=0; NAMES=""; FAILED=""
 pass() { PASS=$((PASS + 1)); NAMES="$NAMES${1%%(*}"$'\n'; echo "k8s-e2e: $1 PASS"; }
@@ -206,6 +263,8 @@ expected_of() {
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
+    crio.sh) set -- crio-node-ready crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart \
+      crio-delete-restores ;;
   esac
   printf '%s\n' "$@"
 }
@@ -257,7 +316,9 @@ fi
 pass "node-ready($(k get node localhost -o 'jsonpath={.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion} {.status.nodeInfo.kernelVersion}'), $((SECONDS - t0))s after start)"
 
 # A shell on the node (kubectl debug node/... would make the same pod).
-k apply -f "$here/manifests/node-debug.yaml" >/dev/null
+if [ -z "$NODE_B" ]; then k apply -f "$here/manifests/node-debug.yaml" >/dev/null
+# It tolerates every taint: with two nodes it is pinned to node A.
+else sed 's/^spec:$/spec:\n  nodeName: localhost/' "$here/manifests/node-debug.yaml" | k apply -f - >/dev/null; fi
 k -n kube-system wait --for=condition=Ready pod/node-debug --timeout=180s >/dev/null \
   || { fail node-debug "node shell pod not Ready: $(k -n kube-system describe pod node-debug | tail -5)"; finish; }
 onnode() { k -n kube-system exec node-debug -- chroot /host /bin/sh -c "$1"; }
@@ -352,6 +413,9 @@ onnode "for i in 5 6; do n=\$(ls /sys/class/net/$PF1/device/virtfn\$i/net); /usr
         echo \$q > /sys/bus/pci/drivers_probe" >/dev/null 2>&1
 say "node: Soft-RoCE rxe_vf5 on $RXE1, rxe_vf6 on $RXE2; $VFIO bound to $(onnode "basename \$(readlink /sys/bus/pci/devices/$VFIO/driver)" 2>/dev/null)"
 cp -r "$top/deploy" "$work/deploy"; mkdir -p "$work/overlay"
+# With node B, the one config serves both nodes: node B's PF is one more resource (each node offers what it has).
+PFB_RESOURCE=""
+[ -z "$NODE_B" ] || PFB_RESOURCE=$',\n            {"name": "sriov-rdma/pfb", "selectors": {"pfNames": ["'"$PFB"$'"], "drivers": ["igbvf"]}, "requireRdma": false}'
 cat > "$work/overlay/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -369,7 +433,7 @@ patches:
             {"name": "sriov-rdma/rxe", "selectors": {"pciAddresses": ["$RXE1", "$RXE2"]}},
             {"name": "sriov-rdma/vfio", "selectors": {"pciAddresses": ["$VFIO"], "drivers": ["vfio-pci"]}},
             {"selectors": {"pfNames": ["$PF1"], "drivers": ["igbvf"]}, "requireRdma": false},
-            {"name": "sriov-rdma/pf2", "selectors": {"pfNames": ["$PF2"], "drivers": ["igbvf"]}, "requireRdma": false}
+            {"name": "sriov-rdma/pf2", "selectors": {"pfNames": ["$PF2"], "drivers": ["igbvf"]}, "requireRdma": false}$PFB_RESOURCE
           ]}
 EOF
 if ! { k apply -k "$work/overlay" >/dev/null && k -n kube-system rollout restart ds/sriov-rdma >/dev/null \
@@ -409,5 +473,7 @@ else
   include scenarios.sh
   # whereabouts.sh last: the node as scenarios.sh leaves it (its VFs back, the overlay's resources offered).
   include whereabouts.sh
+  # Last: it labels node B, which brings the DaemonSet there (the files above count one DaemonSet pod).
+  [ -z "$NODE_B" ] || include crio.sh
 fi
 finish

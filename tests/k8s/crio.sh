@@ -1,0 +1,218 @@
+# Node B's scenarios (sourced by e2e.sh when K8S_NODE_B=crio, after every other scenario file): the second node of
+# the cluster, sriov-b, whose runtime is CRI-O v1.36.3 (pinns makes its pods' namespaces, conmon watches its
+# containers, runc runs them). Its one PF is pfb0 with 3 VFs (node A's are named by the kernel, 7 and 2 VFs); the
+# one DaemonSet and the one config of the set-up serve it (the overlay lists pfb0 as sriov-rdma/pfb). It is tainted
+# NoSchedule: what runs here tolerates the taint and is pinned to it (nodeSelector, or nodeName for its shell).
+# Everything is checked in the API server or in the node's kernel (through a node shell on node B), not by the exit
+# status of a command of ours.
+
+NADC=sriov-rdma-crio
+PODC=crio-a
+MACC=02:00:00:0b:00:01
+VLANC=200
+TAINT_KEY=${NODEB_TAINT%%=*}
+kb() { k get node "$NODEB" -o "jsonpath=$1" 2>/dev/null; }
+capb() { kb "{.status.$1.${2//./\\.}}"; }
+onb() { k -n kube-system exec node-debug-b -- chroot /host /bin/sh -c "$1"; }
+# In the pod (this file runs without scenarios.sh's helpers in a K8S_ONLY run).
+inpodc() { k exec "$PODC" -- sh -c "$1"; }
+crio_fail_rest() { # crio_fail_rest NAME...: scenarios that cannot run after a failed one, each a FAIL ($CRIO_WHY)
+  local n
+  for n in "$@"; do fail "$n" "$CRIO_WHY"; done
+}
+
+# --- crio-node-ready: the kubelet on CRI-O registered node B, which is Ready, tainted, with its runtime named ---
+ready=""
+for _ in $(seq 1 600); do
+  kill -0 "$qpidb" 2>/dev/null || break
+  ready=$(kb '{.status.conditions[?(@.type=="Ready")].status}')
+  [ "$ready" = True ] && break
+  sleep 1
+done
+rt=$(kb '{.status.nodeInfo.containerRuntimeVersion}')
+taint=$(kb '{range .spec.taints[*]}{.key}={.value}:{.effect}{" "}{end}')
+if [ "$ready" = True ] && [ "$rt" = cri-o://1.36.3 ] && echo " $taint" | grep -q " $NODEB_TAINT "; then
+  pass "crio-node-ready($NODEB: kubelet $(kb '{.status.nodeInfo.kubeletVersion}') on $rt, taint $NODEB_TAINT, $((SECONDS - t0))s after start)"
+else
+  fail crio-node-ready "Ready=${ready:-none} runtime='$rt' taints='$taint': $(k get nodes -o wide 2>&1 | tr '\n' ';')"
+  tail -30 "$consoleb" | sed 's/^/  console B: /'
+  CRIO_WHY="node $NODEB is not Ready"
+  crio_fail_rest crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart crio-delete-restores
+  return 0
+fi
+
+# A shell on node B, as on node A, pinned to it by name (it tolerates every taint). Its /host sees the mounts made
+# after it started (pinns's netns files) only with HostToContainer propagation.
+sed -e 's/^  name: node-debug$/  name: node-debug-b/' -e "s/^spec:\$/spec:\\n  nodeName: $NODEB/" \
+    -e 's/^\( *\)mountPath: \/host$/&\n\1mountPropagation: HostToContainer/' \
+    "$here/manifests/node-debug.yaml" | k apply -f - >/dev/null
+if ! k -n kube-system wait --for=condition=Ready pod/node-debug-b --timeout=240s >/dev/null; then
+  CRIO_WHY="node shell pod on $NODEB not Ready: $(k -n kube-system describe pod node-debug-b 2>&1 | tail -6 | tr '\n' ' ')"
+  crio_fail_rest crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart crio-delete-restores
+  return 0
+fi
+
+# --- crio-daemonset-ready: the node labelled as node A is, the one DaemonSet runs its pod there (under CRI-O),
+#     whose installer put our build into node B's /opt/cni/bin ---
+k label node "$NODEB" feature.node.kubernetes.io/network-sriov.capable=true --overwrite >/dev/null
+dsb=""; ok=""
+for _ in $(seq 1 300); do
+  dsb=$(k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma --field-selector "spec.nodeName=$NODEB" \
+        -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null)
+  [ -n "$dsb" ] && [ "$(k -n kube-system get pod "$dsb" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] \
+    && { ok=1; break; }
+  sleep 1
+done
+want=$(sha256sum "$top/target/release/sriov-rdma" | cut -d' ' -f1)
+got=$(onb 'sha256sum /opt/cni/bin/sriov-rdma' 2>/dev/null | cut -d' ' -f1)
+cid=$(k -n kube-system get pod "$dsb" -o 'jsonpath={.status.containerStatuses[0].containerID}' 2>/dev/null)
+nready=$(k -n kube-system get ds sriov-rdma -o 'jsonpath={.status.numberReady}' 2>/dev/null)
+if [ -n "$ok" ] && [ "$got" = "$want" ] && [ "${cid%%://*}" = cri-o ] && [ "$nready" = 2 ]; then
+  pass "crio-daemonset-ready($dsb Ready on $NODEB, container ${cid:0:20}…, DaemonSet numberReady 2, /opt/cni/bin/sriov-rdma = target/release/sriov-rdma)"
+else
+  fail crio-daemonset-ready "pod '${dsb:-none}' ready=${ok:-no} containerID='$cid' numberReady=$nready sha256 node=${got:-none} built=$want: $(k -n kube-system get pods -o wide 2>&1 | grep "$NODEB" | tr '\n' ' ') $(k -n kube-system logs "$dsb" --all-containers 2>&1 | tail -5 | tr '\n' ' ')"
+fi
+
+# --- crio-allocatable: node B's VFs in its allocatable, as many as its PF has, and none of node A's resources ---
+numvfs=$(onb "cat /sys/class/net/$PFB/device/sriov_numvfs" 2>/dev/null)
+alloc=""
+for _ in $(seq 1 120); do alloc=$(capb allocatable sriov-rdma/pfb); [ "$alloc" = "$numvfs" ] && [ -n "$alloc" ] && break; sleep 1; done
+others="pf1=$(capb allocatable sriov-rdma/pf1) pf2=$(capb allocatable sriov-rdma/pf2) rxe=$(capb allocatable sriov-rdma/rxe) vfio=$(capb allocatable sriov-rdma/vfio)"
+# Node A's resources select nothing here (0, or not registered at all).
+if [ -n "$numvfs" ] && [ "$numvfs" = "$PFB_VFS" ] && [ "$alloc" = "$numvfs" ] && ! echo "$others" | grep -q '=[1-9]'; then
+  pass "crio-allocatable($NODEB allocatable sriov-rdma/pfb=$alloc = $PFB's sriov_numvfs; $others)"
+else
+  fail crio-allocatable "$PFB sriov_numvfs '${numvfs}', allocatable sriov-rdma/pfb '${alloc}', $others: $(k get node "$NODEB" -o 'jsonpath={.status.allocatable}' 2>&1)"
+fi
+
+# What DEL must give back on node B: pfb0's rows, every VF's netdev name, MAC and MTU, the records, the leases.
+snapb() {
+  onb "/usr/sbin/ip link show $PFB | grep ' vf '
+       for v in /sys/class/net/$PFB/device/virtfn*; do
+         p=\$(basename \$(readlink \$v)); n=\$(ls /sys/bus/pci/devices/\$p/net 2>/dev/null)
+         echo \"\$p \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
+       echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '[.]lock\$' | tr '\n' ' ')
+       echo leases: \$(ls /var/lib/cni/sriov-rdma-ipam/$NADC 2>/dev/null | grep '^10[.]' | tr '\n' ' ')" 2>&1
+}
+BEFOREB=$(snapb)
+say "node B before: $(echo "$BEFOREB" | tr '\n' ';')"
+
+# --- crio-pod-vf: a pod on node B through Multus and a NAD (VLAN 200, a MAC) gets one of its VFs ---
+cat <<EOF | k apply -f - >/dev/null
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: $NADC
+  namespace: default
+  annotations:
+    k8s.v1.cni.cncf.io/resourceName: sriov-rdma/pfb
+spec:
+  config: '{"cniVersion":"1.0.0","name":"$NADC","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":$VLANC,"mac":"$MACC","spoofchk":"on","mtu":9000,"logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.8.0.0/24","rangeStart":"10.8.0.10","rangeEnd":"10.8.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $PODC
+  namespace: default
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '[{"name":"$NADC","interface":"net1"}]'
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 2
+  nodeSelector: { kubernetes.io/hostname: $NODEB }
+  tolerations: [{ key: $TAINT_KEY, operator: Exists, effect: NoSchedule }]
+  # One VF of node B's resource (an extended resource's request is its limit).
+  containers: [{ name: worker, image: "localhost/sriov-rdma-pod:1", imagePullPolicy: Never,
+                 command: [sleep, "1000000"], resources: { limits: { sriov-rdma/pfb: "1" } } }]
+EOF
+t=$(date +%s%3N)
+up_ok=""
+if k wait --for=condition=Ready "pod/$PODC" --timeout=300s >/dev/null 2>&1; then
+  for _ in $(seq 1 100); do [ "$(inpodc 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] && { up_ok=1; break; }; sleep 0.2; done
+fi
+# crio_state: what node B's kernel and CRI-O show of the pod's VF; sets VFC (PCI), IDXC (its index on pfb0), ROWC
+# (its row in pfb0's VF table), RECC (our record of it), NSC (the record's netns), LINKC (net1 in that netns),
+# SBC (the pod's sandbox, from crictl on node B).
+crio_state() {
+  # The device plugin's variable, read from the container's first process ('-' stays in the name there).
+  VFC=$(inpodc "tr '\\0' '\\n' < /proc/1/environ" 2>/dev/null | sed -n 's/^PCIDEVICE_SRIOV-RDMA_PFB=//p')
+  STC=$(k get pod "$PODC" -o 'jsonpath={.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' 2>/dev/null \
+        | tr -d ' \n' | sed -n 's/.*"pci-address":"\([^"]*\)".*/\1/p')
+  IDXC=$(onb "for v in /sys/class/net/$PFB/device/virtfn*; do [ \$(basename \$(readlink \$v)) = '$VFC' ] && echo \${v##*virtfn}; done" 2>/dev/null)
+  ROWC=$(onb "/usr/sbin/ip link show $PFB | grep ' vf $IDXC '" 2>/dev/null)
+  RECC=$(onb "cat /var/lib/cni/sriov-rdma/$VFC.json" 2>/dev/null)
+  NSC=$(echo "$RECC" | tr -d '\n' | sed -n 's/.*"netns": *"\([^"]*\)".*/\1/p')
+  LINKC=$(onb "/usr/sbin/ip -n '${NSC##*/}' -o link show net1" 2>/dev/null)
+  SBC=$(onb "crictl pods -q --name $PODC --state ready" 2>/dev/null)
+}
+if [ -n "$up_ok" ]; then
+  say "pod start on $NODEB (kubectl apply → Ready with net1 carrier): $PODC $(( $(date +%s%3N) - t )) ms"
+  crio_state
+  uid=$(k get pod "$PODC" -o 'jsonpath={.metadata.uid}')
+  node=$(k get pod "$PODC" -o 'jsonpath={.spec.nodeName}')
+  why=""
+  [ "$node" = "$NODEB" ] || why="$why scheduled to '$node';"
+  [ -n "$VFC" ] || why="$why no PCIDEVICE_SRIOV-RDMA_PFB in the container;"
+  [ "$STC" = "$VFC" ] || why="$why network-status pci-address '$STC' is not the allocated VF '$VFC';"
+  [ -n "$IDXC" ] || why="$why '$VFC' is not a VF of $PFB;"
+  echo "$ROWC" | grep -q "link/ether $MACC" || why="$why no MAC $MACC in the row;"
+  echo "$ROWC" | grep -q "vlan $VLANC" || why="$why no vlan $VLANC in the row;"
+  case "$NSC" in /var/run/netns/?*) ;; *) why="$why record netns '$NSC' is not pinns's /var/run/netns/<id>;" ;; esac
+  echo "$LINKC" | grep -q 'LOWER_UP' || why="$why net1 in $NSC has no carrier: '$LINKC';"
+  echo "$LINKC" | grep -q "link/ether $MACC" || why="$why net1 in $NSC has not MAC $MACC;"
+  echo "$RECC" | grep -q "K8S_POD_UID=$uid" || why="$why our record has not K8S_POD_UID=$uid;"
+  echo "$RECC" | tr -d '\n' | grep -q "\"container_id\": *\"$SBC\"" || why="$why record's container_id is not the sandbox '$SBC';"
+  if [ -z "$why" ]; then
+    pass "crio-pod-vf($PODC on $NODEB: $VFC = $PFB vf $IDXC, row '$(echo "$ROWC" | grep -o "vf $IDXC .*vlan $VLANC" | cut -c1-80)', net1 LOWER_UP in ${NSC}, record K8S_POD_UID=$uid, sandbox ${SBC:0:13})"
+  else
+    fail crio-pod-vf "$why row '$ROWC'; record: $(echo "$RECC" | tr -d '\n' | cut -c1-400)"
+  fi
+else
+  fail crio-pod-vf "$PODC not Ready with net1 carrier: $(k get pod "$PODC" -o wide 2>&1 | tail -1) $(k describe pod "$PODC" 2>&1 | grep -A10 Events | tail -8 | tr '\n' ' ')"
+fi
+# The plugin's share of that pod start, from its log on node B.
+onb 'cat /var/log/sriov-rdma/sriov-rdma.log' > "$work/plugin-b.log" 2>/dev/null
+for p in $(awk '$4 == "ADD" { print $2 }' "$work/plugin-b.log" | sort -u); do
+  say "plugin ADD on $NODEB $p: $(awk -v p="$p" '$2 == p { if (!f) f = $1; l = $1 } END { printf "%.0f ms", (l - f) * 1000 }' "$work/plugin-b.log") from its first to its last log line"
+done
+
+# --- crio-runtime-restart: CRI-O stopped and started again (its supervisor) while the pod runs: the same sandbox,
+#     the VF still the pod's (net1 carrier in its netns, the row, the record) ---
+if [ -n "$up_ok" ]; then
+  sb=$SBC; pid=$(onb 'pidof crio' 2>/dev/null)
+  # SIGTERM: CRI-O shuts down cleanly (a SIGKILL would make it treat its storage as unclean on the next start).
+  onb 'kill $(pidof crio)' >/dev/null 2>&1
+  pid2=""
+  for _ in $(seq 1 120); do
+    pid2=$(onb 'pidof crio' 2>/dev/null)
+    [ -n "$pid2" ] && [ "$pid2" != "$pid" ] && onb 'crictl pods -q' >/dev/null 2>&1 && break
+    sleep 1
+  done
+  for _ in $(seq 1 120); do
+    [ "$(kb '{.status.conditions[?(@.type=="Ready")].status}')" = True ] && inpodc true >/dev/null 2>&1 && break
+    sleep 1
+  done
+  row1=$ROWC
+  crio_state
+  car=$(inpodc 'cat /sys/class/net/net1/carrier' 2>/dev/null)
+  if [ -n "$pid" ] && [ -n "$pid2" ] && [ "$pid2" != "$pid" ] && [ -n "$sb" ] && [ "$SBC" = "$sb" ] && [ "$car" = 1 ] \
+     && [ "$ROWC" = "$row1" ] && echo "$LINKC" | grep -q LOWER_UP && [ -n "$RECC" ]; then
+    pass "crio-runtime-restart(crio pid $pid → $pid2: same sandbox ${sb:0:13}, net1 carrier, $PFB vf $IDXC row unchanged, record kept)"
+  else
+    fail crio-runtime-restart "crio pid '$pid' → '$pid2', sandbox '$sb' → '$SBC', carrier '$car', row '$row1' → '$ROWC', net1 '$LINKC', record ${RECC:+present}"
+  fi
+else
+  fail crio-runtime-restart "no pod to restart CRI-O under (crio-pod-vf)"
+fi
+
+# --- crio-delete-restores: the pod deleted, every VF of pfb0 is back under its name, MAC and MTU, the PF's rows
+#     are as before, no record, no lease ---
+k delete pod "$PODC" --ignore-not-found --wait=false >/dev/null
+if k wait --for=delete "pod/$PODC" --timeout=120s >/dev/null 2>&1; then
+  nowb=""
+  for _ in $(seq 1 60); do nowb=$(snapb); [ "$nowb" = "$BEFOREB" ] && break; sleep 1; done
+  if [ "$nowb" = "$BEFOREB" ] && echo "$BEFOREB" | grep -q "^records: *$"; then
+    pass "crio-delete-restores($PFB rows, VF names, MAC, MTU as before, no record, no lease)"
+  else fail crio-delete-restores "before: $(echo "$BEFOREB" | tr '\n' ';') after: $(echo "$nowb" | tr '\n' ';')"; fi
+else fail crio-delete-restores "$PODC still there after 120 s: $(k get pod "$PODC" -o wide 2>&1 | tail -1)"; fi
+k delete networkattachmentdefinition "$NADC" --ignore-not-found >/dev/null 2>&1
