@@ -23,10 +23,12 @@ cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
 FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh whereabouts.sh"
+# Scenario files a full run leaves out, run only when K8S_ONLY names them (the DRA driver, off by default).
+OPT_FILES="dra.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
-    case " $FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES)" ;; esac
+    case " $FILES $OPT_FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES $OPT_FILES)" ;; esac
     # scenarios.sh runs its own includes.
     [ "$f" = scenarios.sh ] && ONLY="$ONLY scenarios.sh rdma.sh devices.sh tenants.sh ops.sh" || ONLY="$ONLY $f"
   done
@@ -203,6 +205,7 @@ expected_of() {
     rdma.sh) set -- rdma-rping rdma-write-bw ;;
     devices.sh) set -- device-plugin-rdma-chardevs device-plugin-vfio ;;
     tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
+    dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-unprepare dra-off-again ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
@@ -393,7 +396,7 @@ if [ -z "$why" ]; then pass "doctor-vfs-registered(exit 0: '$(echo "$out" | grep
 else fail doctor-vfs-registered "$why $(echo "$out" | grep -E 'registered|^  *-|blocker|Blocker' | head -8 | tr '\n' ' ')"; fi
 
 # The scenario files must parse before the first of them runs (a syntax error found half-way ends the rest).
-for f in $FILES; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
+for f in $FILES $OPT_FILES; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
 if [ -n "$ONLY" ]; then
   say "K8S_ONLY: running only$ONLY"
   for f in $K8S_ONLY; do
