@@ -139,7 +139,12 @@ impl Publisher {
                     .map_err(|e| format!("creating ResourceSlice {name}: {e}"))?;
                 Ok(Some(1))
             }
-            Some(cur) if cur.spec.devices.as_ref() == Some(&devices) && cur.spec.pool.name == self.node => Ok(None),
+            Some(cur)
+                if unstamped(cur.spec.devices.clone()).as_ref() == Some(&devices)
+                    && cur.spec.pool.name == self.node =>
+            {
+                Ok(None)
+            }
             Some(cur) => {
                 let generation = cur.spec.pool.generation + 1;
                 let mut new = slice(&self.driver, &self.node, generation, devices);
@@ -149,6 +154,15 @@ impl Publisher {
             }
         }
     }
+}
+
+/// The devices as this driver writes them: the API server stamps each taint's `timeAdded`, which the driver does
+/// not set (else a tainted VF would be written again at every check).
+fn unstamped(mut devices: Option<Vec<Device>>) -> Option<Vec<Device>> {
+    for t in devices.iter_mut().flatten().flat_map(|d| d.taints.iter_mut().flatten()) {
+        t.time_added = None;
+    }
+    devices
 }
 
 /// How often the slice is checked without a change, and how soon a failed write is tried again.

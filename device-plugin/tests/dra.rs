@@ -94,6 +94,14 @@ fn api_server(state: Arc<Mutex<ApiState>>) -> kube::Client {
                         } else {
                             s.version += 1;
                             v["metadata"]["resourceVersion"] = json!(s.version.to_string());
+                            // As the real one does: a device taint without a time gets one.
+                            for d in v["spec"]["devices"].as_array_mut().into_iter().flatten() {
+                                for t in d["taints"].as_array_mut().into_iter().flatten() {
+                                    if t.get("timeAdded").is_none() {
+                                        t["timeAdded"] = json!("2026-12-06T20:00:00Z");
+                                    }
+                                }
+                            }
                             s.slices.insert(name, v.clone());
                             ok(&v)
                         }
@@ -415,6 +423,18 @@ async fn the_slice_is_created_then_replaced_with_the_next_generation_only_when_i
     assert_eq!(writes(&api), 2);
     let reqs = api.lock().unwrap().requests.clone();
     assert_eq!(reqs.last().unwrap(), "PUT /apis/resource.k8s.io/v1/resourceslices/node-a-sriov-rdma.k8s.io");
+    // A tainted VF: written once, not again because the API server stamped the taint's time.
+    let mut tainted = devices();
+    tainted[0].taints = Some(vec![k8s_openapi::api::resource::v1::DeviceTaint {
+        key: "sriov-rdma.k8s.io/unhealthy".into(),
+        value: Some("pf_link_down".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }]);
+    assert_eq!(publisher.publish(tainted.clone()).await, Ok(Some(3)));
+    assert!(stored(&api).spec.devices.unwrap()[0].taints.as_ref().unwrap()[0].time_added.is_some());
+    assert_eq!(publisher.publish(tainted).await, Ok(None));
+    assert_eq!(writes(&api), 3);
 
     // The run loop: deleted behind its back (a kubelet that wiped the driver's slices), it is back after a kick.
     api.lock().unwrap().slices.clear();
