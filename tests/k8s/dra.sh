@@ -126,13 +126,13 @@ fi
 # --- dra-unprepare: deleting the pod deletes its claim and the driver removes the claim's CDI spec ---
 k delete pod dra-pod --wait=false >/dev/null 2>&1
 k wait --for=delete pod/dra-pod --timeout=120s >/dev/null 2>&1
-left=""
+left=""; claims=""
 for _ in $(seq 1 60); do
   left=$(onnode "ls /var/run/cdi/ 2>/dev/null | grep '^$DRA_DRIVER-'" 2>/dev/null)
-  [ -z "$left" ] && break
+  claims=$(k get resourceclaims -o name 2>/dev/null | tr '\n' ' ')
+  [ -z "$left" ] && [ -z "$claims" ] && break
   sleep 1
 done
-claims=$(k get resourceclaims -o name 2>/dev/null | tr '\n' ' ')
 if [ -z "$left" ] && [ -z "$claims" ] && dlog | grep -q "DRA: claim default/.* unprepared"; then
   pass "dra-unprepare(pod deleted: its claim gone, /var/run/cdi has no $DRA_DRIVER spec)"
 else fail dra-unprepare "specs left: '$left', claims: '$claims'; $(dlog | grep DRA | tail -3 | tr '\n' ' ')"; fi
