@@ -134,6 +134,10 @@ impl Driver {
             }
             allocated.push(cdi::Allocated { device: r.device.clone(), vf });
         }
+        if allocated.is_empty() {
+            // No device of this driver in the claim: nothing for the runtime (a spec without devices is invalid).
+            return Ok(Vec::new());
+        }
         let spec = cdi::spec(&self.name, &claim.uid, &allocated, &self.paths.dev_root)?;
         cdi::write(&self.paths.cdi_dir, &self.name, &claim.uid, &spec)?;
         Ok(mine

@@ -191,6 +191,7 @@ async fn the_kubelet_registers_the_driver_then_prepares_and_unprepares_a_claim_t
                 &[("gpu", "gpu.example.com", NODE, "gpu-0"), ("vf", d, NODE, "pci-0000-3b-00-3")],
             ),
         );
+        s.claims.insert("ns1/gpu".into(), claim("ns1", "gpu", "uid-7", &[("gpu", "gpu.example.com", NODE, "gpu-0")]));
     }
     let (_w, lists) = watcher(&node).await;
     let root = node.dir.join("kubelet-root");
@@ -282,6 +283,10 @@ async fn the_kubelet_registers_the_driver_then_prepares_and_unprepares_a_claim_t
         plugin.node_prepare_resources(prepare(vec![dra_claim("ns1", "mixed", "uid-5")])).await.unwrap().into_inner();
     let names: Vec<&str> = r.claims["uid-5"].devices.iter().map(|d| d.device_name.as_str()).collect();
     assert_eq!((r.claims["uid-5"].error.as_str(), names), ("", vec!["pci-0000-3b-00-3"]));
+    // None of them: nothing to prepare, no spec (one without devices is not a valid CDI spec).
+    let r = plugin.node_prepare_resources(prepare(vec![dra_claim("ns1", "gpu", "uid-7")])).await.unwrap().into_inner();
+    assert_eq!((r.claims["uid-7"].error.as_str(), r.claims["uid-7"].devices.len()), ("", 0));
+    assert!(!cdi_dir.join("sriov-rdma.k8s.io-uid-7.json").exists());
 
     // Refusals name the claim and what was being done, and write nothing.
     let bad = vec![
