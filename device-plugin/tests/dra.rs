@@ -495,3 +495,41 @@ async fn a_config_edit_that_changes_which_resources_are_dra_is_refused() {
     assert!(plugin.log().contains("the previous configuration stays in force"), "{}", plugin.log());
     assert!(!plugin.log().contains("DRA: driver"), "no driver started:\n{}", plugin.log());
 }
+
+/// Against a real API server (ignored: none runs in a unit test). `SRIOV_RDMA_TEST_KUBECONFIG` names a kubeconfig
+/// whose user may write ResourceSlices; the test publishes the fake node's slice as node `dra-test-node`, reads it
+/// back through the API server (its validation accepted every attribute name and value), replaces it, and deletes
+/// it. `cargo test -p sriov-rdma-device-plugin --test dra -- --ignored real_api_server`.
+#[tokio::test]
+#[ignore]
+async fn real_api_server_accepts_the_slice() {
+    let path = std::env::var("SRIOV_RDMA_TEST_KUBECONFIG")
+        .expect("SRIOV_RDMA_TEST_KUBECONFIG: a kubeconfig of a real API server is what this test needs");
+    let kc = kube::config::Kubeconfig::read_from(&path).expect("reading the kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("the kubeconfig's config");
+    let client = kube::Client::try_from(cfg).expect("a client");
+    let node = Node::new("dra-real");
+    let (w, lists) = watcher(&node).await;
+    let devices = || slices::devices(&lists[0].borrow(), &w.inventory().borrow(), &node.dir.join("sys"), dra::DRIVER);
+    let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
+    let name = "dra-test-node-sriov-rdma.k8s.io";
+    let _ = api.delete(name, &Default::default()).await;
+    let publisher = slices::Publisher::new(client, dra::DRIVER, "dra-test-node");
+    assert_eq!(publisher.publish(devices()).await, Ok(Some(1)));
+    let got = api.get(name).await.expect("reading the slice back");
+    assert_eq!(got.spec.devices.as_ref(), Some(&devices()), "the API server kept every device as written");
+    assert_eq!(publisher.publish(devices()).await, Ok(None));
+    let mut tainted = devices();
+    tainted[1].taints = Some(vec![k8s_openapi::api::resource::v1::DeviceTaint {
+        key: "sriov-rdma.k8s.io/unhealthy".into(),
+        value: Some("rdma_port_not_active".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }]);
+    assert_eq!(publisher.publish(tainted.clone()).await, Ok(Some(2)));
+    eprintln!("stored: {}", serde_json::to_string(&api.get(name).await.unwrap().spec).unwrap());
+    assert_eq!(publisher.publish(tainted).await, Ok(None), "a stamped taint is no change");
+    api.delete(name, &Default::default()).await.expect("deleting the slice");
+}
