@@ -332,7 +332,8 @@ async fn run(
     watcher.refresh().await;
     let (kubelet_dir, _) = tokio::sync::watch::channel(0u64);
     let shared = server::Shared { inventory: watcher.inventory(), kubelet_dir: kubelet_dir.subscribe() };
-    metrics::get().set_resources(config.resources.iter().map(|r| r.name.as_str()));
+    // /readyz waits for each device plugin resource's registration; a `dra` one never registers there.
+    metrics::get().set_resources(config.resources.iter().filter(|r| !r.dra).map(|r| r.name.as_str()));
     let (dra_res, plugin_res): (Vec<_>, Vec<_>) = config.resources.iter().zip(lists).partition(|(r, _)| r.dra);
     for (res, rx) in dra_res.iter().chain(&plugin_res) {
         if let Some(w) = devices::unmatched(res, &rx.borrow()) {

@@ -197,7 +197,7 @@ async fn apply(
     }
     let names: Vec<&str> = new.resources.iter().map(|r| r.name.as_str()).collect();
     info!("{source} changed: now serving {}", names.join(", "));
-    metrics::get().set_resources(names.iter().copied());
+    metrics::get().set_resources(new.resources.iter().filter(|r| !r.dra).map(|r| r.name.as_str()));
     let added = watcher.reconfigure(new.resources.clone());
     // The first ListAndWatch answer of an added resource is the node as it is, not an empty list.
     watcher.refresh().await;
