@@ -3,7 +3,7 @@
 # deploy/sriov-rdma.yaml is its `helm template` with the default values.
 #   scripts/chart.sh render   writes deploy/sriov-rdma.yaml                          (make manifests)
 #   scripts/chart.sh check    helm lint; helm template of the defaults and of values that change the output
-#                             (numVfs, a policy, raw JSON, a bad value refused by values.schema.json); the chart's
+#                             (numVfs, a policy, raw JSON, the DRA driver, a bad value refused by values.schema.json); the chart's
 #                             appVersion is Cargo.toml's version; deploy/sriov-rdma.yaml equals a fresh render
 #                             (make chart, part of make unit)
 # HELM=PATH uses that helm; else tests/k8s/build-components.sh helm gives the pinned one (built once, cached).
@@ -55,6 +55,13 @@ case "${1:-}" in
     t --set-json 'configJson="{\"numVfs\":{\"ens1f0\":8}}"' | grep -q 'privileged: true' \
       || die "numVfs in configJson does not make the daemon privileged"
     t --set-json 'policy={"pfs":["ens1f0"]}' | grep -q '"ens1f0"' || die "a policy in the values renders no ConfigMap"
+    # The DRA driver: nothing of it by default; enabled, its DeviceClass, ServiceAccount and the node's name.
+    grep -qE 'kind: DeviceClass|NODE_NAME|plugins_registry' <<<"$out" && die "the default values render the DRA driver"
+    dra=$(t --set dra.enabled=true) || die "helm template --set dra.enabled=true failed"
+    for w in 'kind: DeviceClass' 'serviceAccountName: sriov-rdma-dra' 'name: NODE_NAME' 'path: /var/lib/kubelet/plugins_registry' \
+             'mountPath: /var/run/cdi'; do
+      grep -q "$w" <<<"$dra" || die "dra.enabled=true renders no '$w'"
+    done
     # Refused: a value off the schema, JSON that does not parse.
     t --set logLevel=loud >/dev/null 2>&1 && die "logLevel=loud passed values.schema.json"
     t --set-string configJson=nope >/dev/null 2>&1 && die "configJson=nope rendered"
@@ -63,7 +70,7 @@ case "${1:-}" in
       head -40 /tmp/sriov-rdma-chart.diff >&2
       die "$base differs from the chart's render: run make manifests and commit it"
     fi
-    echo "chart: helm lint, helm template (defaults, numVfs, policy, refused values) and deploy/sriov-rdma.yaml = render ($("$HELM" version --short 2>/dev/null))"
+    echo "chart: helm lint, helm template (defaults, numVfs, policy, DRA, refused values) and deploy/sriov-rdma.yaml = render ($("$HELM" version --short 2>/dev/null))"
     ;;
   *) die "usage: scripts/chart.sh render|check" ;;
 esac

@@ -60,6 +60,8 @@ struct ResourceFile {
     require_rdma: Option<bool>,
     /// `spread` (the default) or `pack`: see [`crate::alloc::Policy`].
     allocation: Option<String>,
+    /// Publish the resource's VFs through DRA (dra.rs) instead of the device plugin API.
+    dra: Option<bool>,
 }
 
 /// One selector object as written: every key of both forms.
@@ -218,6 +220,10 @@ pub struct Resource {
     pub additional_info: BTreeMap<String, BTreeMap<String, String>>,
     /// How GetPreferredAllocation picks several VFs for one container.
     pub allocation: Policy,
+    /// `dra: true`: the VFs are published as ResourceSlice devices of the DRA driver (dra.rs), and the resource is
+    /// not registered with the kubelet's device plugin API. Off by default.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dra: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +242,7 @@ impl Resource {
             exclude_topology: false,
             additional_info: BTreeMap::new(),
             allocation: Policy::default(),
+            dra: false,
         }
     }
 
@@ -398,7 +405,8 @@ impl File {
                 Some((_, Some(p))) => p,
                 Some((v, None)) => return err(format!("{key}.allocation"), format!("{v:?} is not spread or pack")),
             };
-            resources.push(Resource { name, selectors, exclude_topology, additional_info, allocation });
+            let dra = r.dra.unwrap_or(false);
+            resources.push(Resource { name, selectors, exclude_topology, additional_info, allocation, dra });
         }
         let num_vfs: Vec<(String, u32)> = self.num_vfs.unwrap_or_default().into_iter().collect();
         if let Some((pf, _)) = num_vfs.iter().find(|(pf, _)| pf.is_empty() || pf.contains('/')) {
@@ -579,6 +587,16 @@ mod tests {
         assert_eq!(c.resources[0].selectors, vec![Selectors::default()]);
         assert!(c.resources[0].selectors[0].require_rdma);
         assert_eq!(c.resources[0].env_name(), "PCIDEVICE_RDMA_HCA");
+    }
+
+    #[test]
+    fn dra_is_off_unless_a_resource_says_so() {
+        assert!(!one("{}").dra);
+        assert!(!one(r#"{"resources":[{"name":"rdma/a","dra":false}]}"#).dra);
+        let c = file(r#"{"resources":[{"name":"rdma/dra","dra":true},{"name":"rdma/hca"}]}"#).unwrap();
+        assert_eq!(c.resources.iter().map(|r| r.dra).collect::<Vec<_>>(), [true, false]);
+        let e = file(r#"{"resources":[{"dra":"yes"}]}"#).unwrap_err();
+        assert!(e.0.contains("config.json") && e.0.contains("invalid type"), "{e}");
     }
 
     #[test]

@@ -257,6 +257,51 @@ pub fn write_offered(kubelet_dir: &Path, resources: &[Resource], lists: &[Vec<Of
     std::fs::rename(&tmp, &path).map_err(|e| io("renaming into", e))
 }
 
+/// A character device a container needs for a VF: its path under /dev and its key in the `_INFO` variable
+/// (`mount`, `dev-mount` for vfio; `uverbs`, `umad`, `issm`, `rdma_cm` for RDMA).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevNode {
+    pub kind: &'static str,
+    pub rel: String,
+}
+
+/// The character devices of a VF: `/dev/vfio/vfio` and its IOMMU group's for a vfio-pci VF; else each RDMA
+/// device's verbs device (and umad/issm on InfiniBand), and `rdma_cm` when `dev_root` has it. The device plugin's
+/// Allocate and the DRA driver's CDI spec (cdi.rs) both give exactly these.
+pub fn dev_nodes(vf: &VfInfo, dev_root: &Path) -> Result<Vec<DevNode>, String> {
+    let mut out = Vec::new();
+    if vf.is_vfio() {
+        let group = vf.iommu_group.as_ref().ok_or("bound to vfio-pci but in no IOMMU group")?;
+        out.push(DevNode { kind: "mount", rel: "vfio/vfio".into() });
+        out.push(DevNode { kind: "dev-mount", rel: format!("vfio/{group}") });
+        return Ok(out);
+    }
+    // A device bound to the VF's netdev (Soft-RoCE) lives as long as the netdev stays on the node: its character
+    // devices are given as any other's, and ADD refuses to move that netdev into a pod of a VF the kubelet
+    // manages (src/flow/admit.rs, netdev_bound_rdma).
+    for dev in &vf.rdma {
+        let ib = dev.ports.iter().any(|p| p.link_layer.as_deref().is_some_and(|l| l == "InfiniBand"));
+        if !dev.char_devs.iter().any(|c| c.starts_with("uverbs")) {
+            return Err(format!("RDMA device {} has no uverbs character device", dev.name));
+        }
+        for c in &dev.char_devs {
+            if !c.starts_with("uverbs") && !ib {
+                continue;
+            }
+            let kind = ["uverbs", "umad", "issm"].into_iter().find(|k| c.starts_with(k)).unwrap_or("uverbs");
+            let rel = format!("infiniband/{c}");
+            if !out.iter().any(|n: &DevNode| n.rel == rel) {
+                out.push(DevNode { kind, rel });
+            }
+        }
+    }
+    // rdma_cm exists once the rdma_ucm module is loaded; verbs work without it.
+    if !vf.rdma.is_empty() && dev_root.join("infiniband/rdma_cm").exists() {
+        out.push(DevNode { kind: "rdma_cm", rel: "infiniband/rdma_cm".into() });
+    }
+    Ok(out)
+}
+
 /// What one container gets for its VFs: their character devices, the `PCIDEVICE_*` variables and the device-info
 /// file for each VF. An ID that is not a VF of this node, or a character device that is missing, fails the
 /// allocation (the container could not use it), naming it.
@@ -300,47 +345,17 @@ pub fn allocate(
         if !extra.is_empty() {
             entry.insert("extra", extra);
         }
+        let nodes = dev_nodes(vf, &paths.dev_root).map_err(what)?;
+        for n in &nodes {
+            add(n.rel.clone(), &mut devices).map_err(what)?;
+        }
+        let mounts = || nodes.iter().map(|n| (n.kind.to_string(), format!("/dev/{}", n.rel))).collect();
         if vf.is_vfio() {
-            let group =
-                vf.iommu_group.as_ref().ok_or_else(|| what("bound to vfio-pci but in no IOMMU group".into()))?;
-            add("vfio/vfio".into(), &mut devices).map_err(what)?;
-            add(format!("vfio/{group}"), &mut devices).map_err(what)?;
-            entry.insert(
-                "vfio",
-                BTreeMap::from([
-                    ("mount".into(), "/dev/vfio/vfio".to_string()),
-                    ("dev-mount".into(), format!("/dev/vfio/{group}")),
-                ]),
-            );
-        } else {
-            let mut rdma = BTreeMap::new();
-            // A device bound to the VF's netdev (Soft-RoCE) lives as long as the netdev stays on the node: its
-            // character devices are given as any other's, and ADD refuses to move that netdev into a pod of a VF
-            // the kubelet manages (src/flow/admit.rs, netdev_bound_rdma).
-            for dev in &vf.rdma {
-                let ib = dev.ports.iter().any(|p| p.link_layer.as_deref().is_some_and(|l| l == "InfiniBand"));
-                for c in &dev.char_devs {
-                    let verbs = c.starts_with("uverbs");
-                    if !verbs && !ib {
-                        continue;
-                    }
-                    add(format!("infiniband/{c}"), &mut devices).map_err(what)?;
-                    let kind = ["uverbs", "umad", "issm"].into_iter().find(|k| c.starts_with(k)).unwrap_or("uverbs");
-                    rdma.insert(kind.to_string(), format!("/dev/infiniband/{c}"));
-                }
-                if !dev.char_devs.iter().any(|c| c.starts_with("uverbs")) {
-                    return Err(what(format!("RDMA device {} has no uverbs character device", dev.name)));
-                }
-                rdma.insert("rdma_dev".into(), dev.name.clone());
-            }
-            if !vf.rdma.is_empty() {
-                // rdma_cm exists once the rdma_ucm module is loaded; verbs work without it.
-                if paths.dev_root.join("infiniband/rdma_cm").exists() {
-                    add("infiniband/rdma_cm".into(), &mut devices).map_err(what)?;
-                    rdma.insert("rdma_cm".into(), "/dev/infiniband/rdma_cm".into());
-                }
-                entry.insert("rdma", rdma);
-            }
+            entry.insert("vfio", mounts());
+        } else if let Some(dev) = vf.rdma.last() {
+            let mut rdma: BTreeMap<String, String> = mounts();
+            rdma.insert("rdma_dev".into(), dev.name.clone());
+            entry.insert("rdma", rdma);
         }
         info.insert(id.clone(), entry);
         vfs.push(vf);

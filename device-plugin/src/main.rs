@@ -11,7 +11,7 @@ use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
 use sriov_rdma_device_plugin::podresources;
 use sriov_rdma_device_plugin::server::{self, Timing};
-use sriov_rdma_device_plugin::{events, logging, metrics, reload};
+use sriov_rdma_device_plugin::{dra, events, logging, metrics, reload, slices};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use std::time::Duration;
 const USAGE: &str = concat!(
     "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug] [--log-level L] [--log-format text|json]\n",
     "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR]\n",
-    "         [--poll-ms N] [--full-poll-ms N]\n",
+    "         [--poll-ms N] [--full-poll-ms N] [--node-name NAME] [--cdi-dir DIR]\n",
     "       sriov-rdma device-plugin --pod-resources [--socket PATH]\n",
     "       sriov-rdma device-plugin --version | --help\n",
     "Offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin API v1beta1).\n",
@@ -36,6 +36,9 @@ const USAGE: &str = concat!(
     "are read every --poll-ms (default 60000) and the node scanned every --full-poll-ms (default 600000).\n",
     "--log-level error|warning|info|debug (SRIOV_RDMA_LOG_LEVEL; default info, --debug is debug), --log-format\n",
     "text|json (SRIOV_RDMA_LOG_FORMAT; default text): one line per message on stderr, JSON as one object per line.\n",
+    "A resource with \"dra\": true in the config is published as the DRA driver sriov-rdma.k8s.io's ResourceSlice\n",
+    "instead (off by default; needs --node-name or NODE_NAME, API server access, --cdi-dir or SRIOV_RDMA_CDI_DIR,\n",
+    "default /var/run/cdi; sockets under the kubelet dir's parent: plugins_registry/, plugins/). See docs/dra.md.\n",
     "See docs/device-plugin.md.\n",
 );
 
@@ -57,6 +60,14 @@ struct Args {
     metrics_addr: Option<std::net::SocketAddr>,
     policy: Option<PathBuf>,
     policy_dir: PathBuf,
+    dra: DraOpts,
+}
+
+/// What the DRA driver needs besides the paths, used only when a resource says `dra: true`.
+#[derive(Clone)]
+struct DraOpts {
+    node: Option<String>,
+    cdi_dir: PathBuf,
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
@@ -91,6 +102,10 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         metrics_addr: None,
         policy: None,
         policy_dir: PathBuf::from(sriov_rdma_cni::install::HOST_POLICY_DIR),
+        dra: DraOpts {
+            node: std::env::var("NODE_NAME").ok().filter(|v| !v.is_empty()),
+            cdi_dir: env_path("SRIOV_RDMA_CDI_DIR", "/var/run/cdi"),
+        },
     };
     let addr = |v: &str| v.parse().map_err(|e| format!("metrics address {v:?}: {e}"));
     if let Some(v) = std::env::var("SRIOV_RDMA_METRICS_ADDR").ok().filter(|v| !v.is_empty()) {
@@ -127,6 +142,8 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--metrics-addr" => a.metrics_addr = Some(addr(&value()?).map_err(|e| format!("--metrics-addr: {e}"))?),
             "--policy" => a.policy = Some(value()?.into()),
             "--policy-dir" => a.policy_dir = value()?.into(),
+            "--node-name" => a.dra.node = Some(value()?),
+            "--cdi-dir" => a.dra.cdi_dir = value()?.into(),
             "--poll-ms" | "--full-poll-ms" => {
                 let v = value()?;
                 let ms: u64 = v
@@ -214,7 +231,7 @@ fn main() {
     };
     let timing = Timing { poll: args.poll, full_poll: args.full_poll, ..Timing::default() };
     let sources = reload::Sources { config: args.config, policy: args.policy.map(|p| (p, args.policy_dir)) };
-    std::process::exit(rt.block_on(run(config, args.paths, timing, sources, args.metrics_addr)));
+    std::process::exit(rt.block_on(run(config, args.paths, timing, sources, args.metrics_addr, args.dra)));
 }
 
 /// `--pod-resources`: the kubelet's List answer as JSON on stdout; exit 1 with the reason when it cannot be had.
@@ -290,6 +307,7 @@ async fn run(
     timing: Timing,
     sources: reload::Sources,
     metrics_addr: Option<std::net::SocketAddr>,
+    dra_opts: DraOpts,
 ) -> i32 {
     if let Some(addr) = metrics_addr {
         match metrics::bind(addr).await {
@@ -314,11 +332,28 @@ async fn run(
     watcher.refresh().await;
     let (kubelet_dir, _) = tokio::sync::watch::channel(0u64);
     let shared = server::Shared { inventory: watcher.inventory(), kubelet_dir: kubelet_dir.subscribe() };
-    metrics::get().set_resources(config.resources.iter().map(|r| r.name.as_str()));
-    for (res, rx) in config.resources.iter().zip(lists) {
+    // /readyz waits for each device plugin resource's registration; a `dra` one never registers there.
+    metrics::get().set_resources(config.resources.iter().filter(|r| !r.dra).map(|r| r.name.as_str()));
+    let (dra_res, plugin_res): (Vec<_>, Vec<_>) = config.resources.iter().zip(lists).partition(|(r, _)| r.dra);
+    for (res, rx) in dra_res.iter().chain(&plugin_res) {
         if let Some(w) = devices::unmatched(res, &rx.borrow()) {
             warn!("{w}");
         }
+    }
+    // The DRA driver first: one that cannot start stops the daemon before any device plugin socket exists.
+    let dra_lists: Vec<_> = dra_res.into_iter().map(|(_, rx)| rx).collect();
+    let dra_paths = if dra_lists.is_empty() {
+        None
+    } else {
+        match start_dra(&paths, &dra_opts, dra_lists, shared.inventory.clone(), timing).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                error!("DRA: {e}");
+                return EXIT_CONFIG;
+            }
+        }
+    };
+    for (res, rx) in plugin_res {
         tokio::spawn(server::serve(res.clone(), paths.clone(), rx, shared.clone(), timing));
     }
     let current: reload::Current = Arc::new(std::sync::Mutex::new(config.resources.clone()));
@@ -341,6 +376,44 @@ async fn run(
     for res in current.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         let _ = std::fs::remove_file(paths.kubelet_dir.join(res.socket_name()));
     }
+    if let Some(p) = &dra_paths {
+        dra::remove_sockets(p, dra::DRIVER);
+    }
     info!("stopped; sockets removed");
     0
+}
+
+/// Starts the DRA driver for the `dra: true` resources' lists: its sockets (dra.rs) and its ResourceSlice (slices.rs).
+async fn start_dra(
+    paths: &Paths,
+    opts: &DraOpts,
+    lists: Vec<tokio::sync::watch::Receiver<Vec<devices::Offered>>>,
+    inventory: tokio::sync::watch::Receiver<Arc<Inventory>>,
+    timing: Timing,
+) -> Result<dra::DraPaths, String> {
+    let node = opts.node.clone().ok_or(
+        "a resource says dra: true but the node's name is unknown: give --node-name or NODE_NAME (the DaemonSet sets \
+         it from spec.nodeName)",
+    )?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| format!("a resource says dra: true but the API server cannot be reached: {e}"))?;
+    let root = paths.kubelet_dir.parent().unwrap_or(Path::new("/var/lib/kubelet"));
+    let dra_paths =
+        dra::DraPaths::under(root, dra::DRIVER, opts.cdi_dir.clone(), paths.sysfs.clone(), paths.dev_root.clone());
+    let (registered, kick) = tokio::sync::watch::channel(0u64);
+    let driver = dra::Driver {
+        name: dra::DRIVER.into(),
+        node: node.clone(),
+        paths: dra_paths.clone(),
+        client: client.clone(),
+        offered: lists.clone(),
+        inventory: inventory.clone(),
+        registered,
+    };
+    let publisher = slices::Publisher::new(client, dra::DRIVER, &node);
+    tokio::spawn(slices::run(publisher, lists, inventory, paths.sysfs.clone(), kick, slices::Periods::default()));
+    tokio::spawn(dra::serve(driver, timing.socket_check));
+    info!("DRA: driver {} for node {node} started (CDI specs in {})", dra::DRIVER, opts.cdi_dir.display());
+    Ok(dra_paths)
 }

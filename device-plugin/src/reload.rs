@@ -176,6 +176,16 @@ async fn apply(
             return error!("the changed configuration is refused, the previous one stays in force: {e}");
         }
     };
+    let dra = |c: &Config| c.resources.iter().filter(|r| r.dra).map(|r| r.name.clone()).collect::<Vec<_>>();
+    if dra(&new) != dra(config) {
+        metrics::get().reload("config", false);
+        return error!(
+            "{source}: the resources published through DRA (dra: true) changed from {:?} to {:?}, which takes a \
+             restart of the device plugin: the previous configuration stays in force",
+            dra(config),
+            dra(&new)
+        );
+    }
     metrics::get().reload("config", true);
     if new.num_vfs != config.num_vfs {
         warn!("{source}: numVfs changed: it is applied at the next start of the device plugin only");
@@ -187,7 +197,7 @@ async fn apply(
     }
     let names: Vec<&str> = new.resources.iter().map(|r| r.name.as_str()).collect();
     info!("{source} changed: now serving {}", names.join(", "));
-    metrics::get().set_resources(names.iter().copied());
+    metrics::get().set_resources(new.resources.iter().filter(|r| !r.dra).map(|r| r.name.as_str()));
     let added = watcher.reconfigure(new.resources.clone());
     // The first ListAndWatch answer of an added resource is the node as it is, not an empty list.
     watcher.refresh().await;

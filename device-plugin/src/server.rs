@@ -325,9 +325,9 @@ impl Watcher {
 /// The identity of a socket file: the kubelet's restart replaces it, and removes ours. The inode alone is not
 /// enough: a file system may give the new socket the inode number the old one freed, so its change time is part
 /// of it (a new socket is a new inode change).
-type FileId = (u64, u64, i64, i64);
+pub type FileId = (u64, u64, i64, i64);
 
-fn identity(p: &Path) -> Option<FileId> {
+pub fn identity(p: &Path) -> Option<FileId> {
     std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 

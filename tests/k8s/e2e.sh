@@ -33,10 +33,12 @@ case "$NODE_B" in "" | crio) ;; *) die "K8S_NODE_B=$NODE_B: the second node's ru
 # every pod that does not tolerate it (all of node A's scenarios) off it.
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
 [ -z "$NODE_B" ] || FILES="$FILES crio.sh"
+# Scenario files a full run leaves out, run only when K8S_ONLY names them (the DRA driver, off by default).
+OPT_FILES="dra.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
-    case " $FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES)" ;; esac
+    case " $FILES $OPT_FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES $OPT_FILES)" ;; esac
     # scenarios.sh runs its own includes.
     [ "$f" = scenarios.sh ] && ONLY="$ONLY scenarios.sh rdma.sh devices.sh tenants.sh ops.sh" || ONLY="$ONLY $f"
   done
@@ -260,6 +262,7 @@ expected_of() {
     rdma.sh) set -- rdma-rping rdma-write-bw ;;
     devices.sh) set -- device-plugin-rdma-chardevs device-plugin-vfio ;;
     tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
+    dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-unprepare dra-off-again ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
@@ -457,7 +460,7 @@ if [ -z "$why" ]; then pass "doctor-vfs-registered(exit 0: '$(echo "$out" | grep
 else fail doctor-vfs-registered "$why $(echo "$out" | grep -E 'registered|^  *-|blocker|Blocker' | head -8 | tr '\n' ' ')"; fi
 
 # The scenario files must parse before the first of them runs (a syntax error found half-way ends the rest).
-for f in $FILES; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
+for f in $FILES $OPT_FILES; do bash -n "$here/$f" || fail "include-${f%.sh}" "$here/$f does not parse"; done
 if [ -n "$ONLY" ]; then
   say "K8S_ONLY: running only$ONLY"
   for f in $K8S_ONLY; do
