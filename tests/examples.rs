@@ -53,7 +53,9 @@ fn api_version(kind: &str) -> Option<&'static str> {
         "NetworkAttachmentDefinition" => "k8s.cni.cncf.io/v1",
         "Pod" | "ConfigMap" => "v1",
         "DaemonSet" => "apps/v1",
-        "ResourceQuota" => "v1",
+        "ResourceQuota" | "ServiceAccount" => "v1",
+        "DeviceClass" => "resource.k8s.io/v1",
+        "ClusterRole" | "ClusterRoleBinding" => "rbac.authorization.k8s.io/v1",
         _ => return None,
     })
 }
@@ -169,6 +171,17 @@ fn check_doc(v: &Value, p: &Path, seen: &mut Seen) {
             containers(&spec["template"]["spec"], p);
             seen.daemonsets.push(v.clone());
         }
+        // The DRA driver's class (deploy/examples/dra): a claim that names it gets a device of this driver.
+        "DeviceClass" => {
+            let sel = v["spec"]["selectors"].as_array().unwrap_or_else(|| panic!("{}: spec.selectors", p.display()));
+            let cel: Vec<&str> = sel.iter().filter_map(|s| s["cel"]["expression"].as_str()).collect();
+            assert!(
+                cel.iter().any(|e| e.contains(r#"device.driver == "sriov-rdma.k8s.io""#)),
+                "{}: the DeviceClass selects the driver sriov-rdma.k8s.io: {cel:?}",
+                p.display()
+            );
+        }
+        "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" => {}
         _ => unreachable!(),
     }
     seen.checked += 1;
@@ -186,6 +199,8 @@ fn check_dirs(dirs: &[&str]) -> Seen {
         match p.extension().and_then(|e| e.to_str()) {
             // kustomize's file, not a Kubernetes object; the_deploy_manifests_are_valid_and_fit_together reads it.
             _ if p.file_name().is_some_and(|n| n == "kustomization.yaml") => {}
+            // Parts of objects for `kubectl patch --patch-file` (deploy/examples/dra), not objects of their own.
+            _ if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-patch.yaml")) => {}
             Some("yaml") | Some("yml") => {
                 for doc in serde_yaml_ng::Deserializer::from_str(&text) {
                     let v = Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
