@@ -14,6 +14,7 @@ use crate::dra_api::{
     Claim, Device, NodePrepareResourceResponse, NodePrepareResourcesRequest, NodePrepareResourcesResponse,
     NodeUnprepareResourceResponse, NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse,
 };
+use crate::h2authority;
 use crate::registration_api::registration_server::{Registration, RegistrationServer};
 use crate::registration_api::{InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse};
 use crate::server::identity;
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status};
 
 /// The driver name: the ResourceSlices' `spec.driver`, the DeviceClass's selector, the registration's name and
@@ -273,23 +275,18 @@ async fn serve_once(driver: &Driver, check: Duration) -> Result<(), String> {
     let reg = listen(&reg_sock)?;
     let ids = (identity(&plugin_sock), identity(&reg_sock));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let server = |listener: tokio::net::UnixListener,
-                  router: tonic::transport::server::Router,
-                  mut stop: watch::Receiver<bool>| {
-        tokio::spawn(router.serve_with_incoming_shutdown(
-            tokio_stream::wrappers::UnixListenerStream::new(listener),
-            async move {
-                let _ = stop.wait_for(|s| *s).await;
-            },
-        ))
-    };
-    let mut plugin_server = server(
-        plugin,
+    let mut plugin_server = spawn_server(
+        tokio_stream::wrappers::UnixListenerStream::new(plugin),
         tonic::transport::Server::builder().add_service(DraPluginServer::new(driver.clone())),
         stop_rx.clone(),
     );
-    let mut reg_server =
-        server(reg, tonic::transport::Server::builder().add_service(RegistrationServer::new(driver.clone())), stop_rx);
+    // The kubelet's plugin watcher sends the socket's path as :authority (h2authority.rs); its DRA manager dials
+    // the endpoint as `unix:<path>`, which gRPC sends as `localhost`.
+    let mut reg_server = spawn_server(
+        h2authority::incoming(reg),
+        tonic::transport::Server::builder().add_service(RegistrationServer::new(driver.clone())),
+        stop_rx,
+    );
     info!("DRA: driver {} serving {}, registration {}", driver.name, plugin_sock.display(), reg_sock.display());
     let result = loop {
         tokio::select! {
@@ -306,6 +303,20 @@ async fn serve_once(driver: &Driver, check: Duration) -> Result<(), String> {
     plugin_server.abort();
     reg_server.abort();
     result
+}
+
+fn spawn_server<I, IO>(
+    incoming: I,
+    router: tonic::transport::server::Router,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>>
+where
+    I: tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    tokio::spawn(router.serve_with_incoming_shutdown(incoming, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }))
 }
 
 /// Removes the registration socket (the kubelet then unregisters the driver) and the endpoint.

@@ -34,6 +34,7 @@ pub mod config;
 pub mod devices;
 pub mod dra;
 pub mod events;
+pub mod h2authority;
 pub mod logging;
 pub mod metrics;
 pub mod numvfs;

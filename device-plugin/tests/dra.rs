@@ -15,6 +15,7 @@ use common::*;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use kube::client::Body;
+use prost::Message;
 use serde_json::{json, Value};
 use sriov_rdma_device_plugin::config::{Resource, Selectors};
 use sriov_rdma_device_plugin::devices::Paths;
@@ -22,7 +23,8 @@ use sriov_rdma_device_plugin::dra::{self, DraPaths, Driver};
 use sriov_rdma_device_plugin::dra_api::dra_plugin_client::DraPluginClient;
 use sriov_rdma_device_plugin::dra_api::{Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
 use sriov_rdma_device_plugin::registration_api::registration_client::RegistrationClient;
-use sriov_rdma_device_plugin::registration_api::{InfoRequest, RegistrationStatus};
+use sriov_rdma_device_plugin::registration_api::registration_server::RegistrationServer;
+use sriov_rdma_device_plugin::registration_api::{InfoRequest, PluginInfo, RegistrationStatus};
 use sriov_rdma_device_plugin::server::{unix_channel, Watcher};
 use sriov_rdma_device_plugin::slices;
 use std::collections::BTreeMap;
@@ -166,6 +168,29 @@ fn dra_claim(ns: &str, name: &str, uid: &str) -> Claim {
     Claim { namespace: ns.into(), name: name.into(), uid: uid.into() }
 }
 
+/// The driver over the fake node, its sockets under `<node>/kubelet-root`: its paths, what a registration bumps,
+/// and the task serving it.
+async fn start_driver(
+    node: &Node,
+    api: Arc<Mutex<ApiState>>,
+) -> (Watcher, DraPaths, tokio::sync::watch::Receiver<u64>, tokio::task::JoinHandle<()>) {
+    let (w, lists) = watcher(node).await;
+    let root = node.dir.join("kubelet-root");
+    let p = DraPaths::under(&root, dra::DRIVER, node.dir.join("cdi"), node.dir.join("sys"), node.dir.join("dev"));
+    let (registered, kicked) = tokio::sync::watch::channel(0u64);
+    let driver = Driver {
+        name: dra::DRIVER.into(),
+        node: NODE.into(),
+        paths: p.clone(),
+        client: api_server(api),
+        offered: lists,
+        inventory: w.inventory(),
+        registered,
+    };
+    let served = tokio::spawn(dra::serve(driver, Duration::from_millis(100)));
+    (w, p, kicked, served)
+}
+
 #[tokio::test]
 async fn the_kubelet_registers_the_driver_then_prepares_and_unprepares_a_claim_through_cdi() {
     let node = Node::new("dra-prepare");
@@ -193,21 +218,8 @@ async fn the_kubelet_registers_the_driver_then_prepares_and_unprepares_a_claim_t
         );
         s.claims.insert("ns1/gpu".into(), claim("ns1", "gpu", "uid-7", &[("gpu", "gpu.example.com", NODE, "gpu-0")]));
     }
-    let (_w, lists) = watcher(&node).await;
-    let root = node.dir.join("kubelet-root");
-    let cdi_dir = node.dir.join("cdi");
-    let p = DraPaths::under(&root, dra::DRIVER, cdi_dir.clone(), node.dir.join("sys"), node.dir.join("dev"));
-    let (registered, mut kicked) = tokio::sync::watch::channel(0u64);
-    let driver = Driver {
-        name: dra::DRIVER.into(),
-        node: NODE.into(),
-        paths: p.clone(),
-        client: api_server(api.clone()),
-        offered: lists,
-        inventory: _w.inventory(),
-        registered,
-    };
-    let served = tokio::spawn(dra::serve(driver, Duration::from_millis(100)));
+    let (_w, p, mut kicked, served) = start_driver(&node, api.clone()).await;
+    let (root, cdi_dir) = (node.dir.join("kubelet-root"), p.cdi_dir.clone());
 
     // The kubelet's plugin watcher: the socket appears in plugins_registry, GetInfo, then the status.
     let reg_sock = root.join("plugins_registry").join("sriov-rdma.k8s.io-reg.sock");
@@ -331,6 +343,136 @@ async fn the_kubelet_registers_the_driver_then_prepares_and_unprepares_a_claim_t
     wait_for(&reg_sock).await;
     let mut reg = RegistrationClient::new(unix_channel(reg_sock).await.unwrap());
     assert_eq!(reg.get_info(InfoRequest {}).await.unwrap().into_inner().name, "sriov-rdma.k8s.io");
+    served.abort();
+}
+
+/// One HTTP/2 frame.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// What a GetInfo written by hand got: the grpc-status and the PluginInfo, or the RST_STREAM error code.
+type RawAnswer = Result<(String, PluginInfo), u32>;
+
+/// GetInfo twice on one connection, as the kubelet's plugin watcher (grpc-go dialing a bare path) sends it: the
+/// socket's path as `:authority`, the first call's fields added to the HPACK dynamic table (literals with
+/// incremental indexing, no Huffman), the second call's fields all references to that table.
+async fn raw_get_info(sock: &Path) -> [RawAnswer; 2] {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (headers, data, rst, settings, goaway) = (0x1, 0x0, 0x3, 0x4, 0x7);
+    let (end_stream, end_headers, ack) = (0x1, 0x4, 0x1);
+    let authority = sock.display().to_string();
+    let fields = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/pluginregistration.Registration/GetInfo"),
+        (":authority", authority.as_str()),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ];
+    let mut first = Vec::new();
+    for (name, value) in fields {
+        assert!(value.len() < 127, "a one-byte length is all this encoder writes");
+        first.push(0x40);
+        for s in [name, value] {
+            first.push(s.len() as u8);
+            first.extend_from_slice(s.as_bytes());
+        }
+    }
+    // The newest entry is index 62: the first field inserted is the highest.
+    let second: Vec<u8> = (0..fields.len()).map(|k| 0x80 | (62 + fields.len() - 1 - k) as u8).collect();
+    let empty_request = [0u8; 5];
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(settings, 0, 0, &[]));
+    for (stream, block) in [(1, &first), (3, &second)] {
+        out.extend(h2_frame(headers, end_headers, stream, block));
+        out.extend(h2_frame(data, end_stream, stream, &empty_request));
+    }
+    let mut conn = tokio::net::UnixStream::connect(sock).await.expect("dialing the socket");
+    conn.write_all(&out).await.expect("writing the calls");
+
+    let mut hpack = loona_hpack::Decoder::new();
+    let mut bodies: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+    let mut answers: BTreeMap<u32, RawAnswer> = BTreeMap::new();
+    let read = async {
+        while answers.len() < 2 {
+            let mut head = [0u8; 9];
+            conn.read_exact(&mut head).await.expect("reading a frame's header");
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let (kind, flags) = (head[3], head[4]);
+            let stream = u32::from_be_bytes(head[5..9].try_into().unwrap()) & 0x7fff_ffff;
+            let mut payload = vec![0u8; len];
+            conn.read_exact(&mut payload).await.expect("reading a frame's payload");
+            match kind {
+                k if k == settings && flags & ack == 0 => {
+                    conn.write_all(&h2_frame(settings, ack, 0, &[])).await.expect("acknowledging SETTINGS")
+                }
+                k if k == data => bodies.entry(stream).or_default().extend_from_slice(&payload),
+                k if k == headers => {
+                    assert!(flags & end_headers != 0 && flags & 0x28 == 0, "a plain HEADERS frame (flags {flags:#x})");
+                    let fields = hpack.decode(&payload).expect("decoding the server's header block");
+                    if flags & end_stream != 0 {
+                        let status = fields.iter().find(|(n, _)| n == b"grpc-status").map(|(_, v)| v.clone());
+                        let status = String::from_utf8(status.expect("grpc-status in the trailers")).unwrap();
+                        let body = bodies.remove(&stream).unwrap_or_default();
+                        let info = PluginInfo::decode(body.get(5..).unwrap_or_default()).expect("a PluginInfo");
+                        answers.insert(stream, Ok((status, info)));
+                    }
+                }
+                k if k == rst => {
+                    answers.insert(stream, Err(u32::from_be_bytes(payload[..4].try_into().unwrap())));
+                }
+                k if k == goaway => panic!("GOAWAY: {payload:?}"),
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read).await.expect("both calls answered within 10 s");
+    [answers.remove(&1).expect("stream 1"), answers.remove(&3).expect("stream 3")]
+}
+
+#[tokio::test]
+async fn the_registration_socket_answers_a_get_info_whose_authority_is_the_sockets_path() {
+    let node = Node::new("dra-authority");
+    let (_w, p, _kicked, served) = start_driver(&node, Arc::new(Mutex::new(ApiState::default()))).await;
+    let reg_sock = p.registration_socket(dra::DRIVER);
+    wait_for(&reg_sock).await;
+    let info = PluginInfo {
+        r#type: "DRAPlugin".into(),
+        name: dra::DRIVER.into(),
+        endpoint: p.plugin_socket().display().to_string(),
+        supported_versions: vec!["v1.DRAPlugin".into()],
+    };
+    let want: RawAnswer = Ok(("0".into(), info));
+    assert_eq!(raw_get_info(&reg_sock).await, [want.clone(), want]);
+
+    // The same bytes to the same service served by tonic as it is: h2 resets both streams with PROTOCOL_ERROR,
+    // what the kubelet reported from a real node.
+    let (w, lists) = watcher(&node).await;
+    let (registered, _) = tokio::sync::watch::channel(0u64);
+    let driver = Driver {
+        name: dra::DRIVER.into(),
+        node: NODE.into(),
+        paths: p.clone(),
+        client: api_server(Arc::new(Mutex::new(ApiState::default()))),
+        offered: lists,
+        inventory: w.inventory(),
+        registered,
+    };
+    let plain_sock = node.dir.join("plain.sock");
+    let listener = tokio::net::UnixListener::bind(&plain_sock).expect("binding the plain socket");
+    let plain = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(driver))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    let protocol_error = 0x1;
+    assert_eq!(raw_get_info(&plain_sock).await, [Err(protocol_error), Err(protocol_error)]);
+    plain.abort();
     served.abort();
 }
 
