@@ -26,15 +26,16 @@ initrd=${2:?}
 cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
-FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh whereabouts.sh"
+FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh"
 NODE_B=${K8S_NODE_B:-}
 case "$NODE_B" in "" | crio) ;; *) die "K8S_NODE_B=$NODE_B: the second node's runtime can be crio only" ;; esac
 # Node B: its name, its PF's name and VF count differ from node A's (real clusters are not uniform); the taint keeps
 # every pod that does not tolerate it (all of node A's scenarios) off it.
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
 [ -z "$NODE_B" ] || FILES="$FILES crio.sh"
-# Scenario files a full run leaves out, run only when K8S_ONLY names them (the DRA driver, off by default).
-OPT_FILES="dra.sh"
+# Scenario files a full run leaves out, run only when K8S_ONLY names them: the DRA driver (off by default);
+# whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node refuses.
+OPT_FILES="dra.sh whereabouts.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -474,8 +475,6 @@ else
   include helm.sh
   include migration.sh
   include scenarios.sh
-  # whereabouts.sh last: the node as scenarios.sh leaves it (its VFs back, the overlay's resources offered).
-  include whereabouts.sh
   # Last: it labels node B, which brings the DaemonSet there (the files above count one DaemonSet pod).
   [ -z "$NODE_B" ] || include crio.sh
 fi

@@ -1,4 +1,5 @@
-# whereabouts as the NAD's IPAM (sourced by e2e.sh last; K8S_ONLY=whereabouts.sh runs it alone): cluster-wide
+# whereabouts as the NAD's IPAM (opt-in: K8S_ONLY=whereabouts.sh runs it after the set-up; not in the full run, where
+# the node policy tenants.sh leaves on the node refuses the default namespace its pods are in): cluster-wide
 # IPAM for a secondary network, its state in IPPool objects of the API server instead of files on one node, which
 # is what pods of one training job on several nodes need (host-local would give two nodes' pods the same address).
 # whereabouts v0.9.2 is built from its Go module (tests/k8s/build-components.sh) into the node's /opt/cni/bin, its
@@ -11,6 +12,7 @@
 # allocations whose pod is gone without a DEL, after a node crash), which runs as a pod of its own image.
 WB_DIR=$(dir whereabouts)
 WB_POOL=10.78.0.0-29
+a=""; b=""; c=""; d=""
 wb_addr() { k exec "$1" -- sh -c "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
 # the IPPool's allocations as lines "OFFSET PODREF" (OFFSET: the address's distance from the range's start)
 wb_allocs() {
