@@ -21,7 +21,7 @@ wb_allocs() {
 a = json.load(sys.stdin)["spec"].get("allocations") or {}
 for o, v in sorted(a.items(), key=lambda i: int(i[0])): print(o, v.get("podref", ""))' 2>/dev/null
 }
-# wb_ready NAME...: each pod Ready with net1 up
+# wb_ready NAME...: each pod Ready (the kubelet makes it so only after every network of its sandbox was added)
 wb_ready() {
   local p
   for p in "$@"; do k wait --for=condition=Ready "pod/$p" --timeout=240s >/dev/null 2>&1 || return 1; done
@@ -41,12 +41,12 @@ wb_off() { echo "${1##*.}"; }
 
 why=""
 [ -n "$WB_DIR" ] && [ -x "$WB_DIR/whereabouts" ] || why="no whereabouts component ($WB_DIR);"
-for c in "$WB_DIR"/crds/*.yaml; do k apply -f "$c" >/dev/null 2>&1 || why="$why kubectl apply -f $c failed;"; done
+for crd in "$WB_DIR"/crds/*.yaml; do k apply -f "$crd" >/dev/null 2>&1 || why="$why kubectl apply -f $crd failed;"; done
 k wait --for=condition=Established crd/ippools.whereabouts.cni.cncf.io \
   crd/overlappingrangeipreservations.whereabouts.cni.cncf.io --timeout=60s >/dev/null 2>&1 \
   || why="$why the whereabouts CRDs are not established;"
 onnode 'mkdir -p /etc/cni/net.d/whereabouts.d && printf "%s\n" "{\"datastore\":\"kubernetes\",\"kubernetes\":{\"kubeconfig\":\"/k8s/run/kubeconfig\"},\"log_file\":\"/var/log/whereabouts.log\",\"log_level\":\"debug\"}" > /etc/cni/net.d/whereabouts.d/whereabouts.conf && test -x /opt/cni/bin/whereabouts' \
-  > "$work/wb-version" 2>&1 || why="$why whereabouts on the node: $(tr '\n' ' ' < "$work/wb-version");"
+  > "$work/wb-node" 2>&1 || why="$why whereabouts on the node: $(tr '\n' ' ' < "$work/wb-node");"
 cat <<EOF | k apply -f - >/dev/null 2>&1 || why="$why kubectl apply of the NAD wb-net failed;"
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
