@@ -14,10 +14,12 @@
 #       resources, doctor), then only these scenario files, in this order; a file that uses another's pods or
 #       functions is listed after it. Such a partial run ends with a partial verdict and exits 3 when all that ran
 #       passed (1 when not): it is never a full pass.
-#   K8S_NODE_B=crio e2e.sh ...   a second node, sriov-b, in the same cluster: another QEMU guest with one igb PF
-#       (pfb0, 3 VFs) whose runtime is CRI-O v1.36.3 (conmon, pinns, the same runc), tainted NoSchedule so that
-#       every scenario above stays on node A; crio.sh (its scenarios, pinned to it) runs after the other files.
-#       Without it, nothing of node B is built, booted or run.
+#   Node B: a second node, sriov-b, in the same cluster: another QEMU guest with one igb PF (pfb0, 3 VFs) whose
+#       runtime is CRI-O v1.36.3 (conmon, pinns, the same runc), tainted NoSchedule so that every scenario of node A
+#       stays there, joined to node A by one Ethernet wire (a UDP datagram socket on 127.0.0.1 between the two
+#       guests' PF hubs). It boots after node A's scenario files, before crio.sh (its own scenarios) and cluster.sh
+#       (across the two nodes). A full run has it; K8S_ONLY has it when it names crio.sh or cluster.sh;
+#       K8S_NODE_B=none leaves it and those two files out of a full run.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -28,23 +30,37 @@ die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
 FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh"
 NODE_B=${K8S_NODE_B:-}
-case "$NODE_B" in "" | crio) ;; *) die "K8S_NODE_B=$NODE_B: the second node's runtime can be crio only" ;; esac
+case "$NODE_B" in "" | crio | none) ;; *) die "K8S_NODE_B=$NODE_B: the second node's runtime can be crio only (or none)" ;; esac
 # Node B: its name, its PF's name and VF count differ from node A's (real clusters are not uniform); the taint keeps
 # every pod that does not tolerate it (all of node A's scenarios) off it.
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
-[ -z "$NODE_B" ] || FILES="$FILES crio.sh"
+# Node B's files, last: crio.sh (its shell, its DaemonSet pod) before cluster.sh (across the nodes).
+NODE_B_FILES="crio.sh cluster.sh"
 # Scenario files a full run leaves out, run only when K8S_ONLY names them: the DRA driver (off by default);
 # whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node refuses.
 OPT_FILES="dra.sh whereabouts.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
-    case " $FILES $OPT_FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES $OPT_FILES)" ;; esac
-    # scenarios.sh runs its own includes.
-    [ "$f" = scenarios.sh ] && ONLY="$ONLY scenarios.sh rdma.sh devices.sh tenants.sh ops.sh" || ONLY="$ONLY $f"
+    case " $FILES $NODE_B_FILES $OPT_FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES $NODE_B_FILES $OPT_FILES)" ;; esac
+    # scenarios.sh runs its own includes; cluster.sh uses crio.sh's shell on node B.
+    case $f in
+      scenarios.sh) ONLY="$ONLY scenarios.sh rdma.sh devices.sh tenants.sh ops.sh" ;;
+      cluster.sh) ONLY="$ONLY crio.sh cluster.sh" ;;
+      *) ONLY="$ONLY $f" ;;
+    esac
   done
   ONLY=$(echo $ONLY | tr ' ' '\n' | awk '!seen[$0]++' | tr '\n' ' '); ONLY=" ${ONLY% }"
+  # Node B boots only for its files.
+  case "$ONLY " in
+    *" crio.sh "*) [ "$NODE_B" != none ] || die "K8S_NODE_B=none: K8S_ONLY names a file of node B ($NODE_B_FILES)"; NODE_B=crio ;;
+    *) NODE_B="" ;;
+  esac
+else
+  [ -n "$NODE_B" ] || NODE_B=crio
+  [ "$NODE_B" = none ] && NODE_B=""
 fi
+[ -z "$NODE_B" ] || FILES="$FILES $NODE_B_FILES"
 t0=$SECONDS
 say() { echo "k8s-e2e [$((SECONDS - t0))s] $*"; }
 
@@ -75,7 +91,17 @@ trap 'exit 130' INT TERM
 
 freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 EP=$(freeport); EPP=$(freeport); AP=$(freeport); KP=$(freeport); CMP=$(freeport); SCP=$(freeport)
-[ -z "$NODE_B" ] || KPB=$(freeport)
+# The wire between the nodes: each guest's end is a UDP datagram socket on 127.0.0.1 sending to the other's.
+freeudp() { python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+WIRE_A=(); WIRE_B=()
+if [ -n "$NODE_B" ]; then
+  KPB=$(freeport); WA=$(freeudp); WB=$(freeudp)
+  # -netdev hubport,netdev=: the datagram socket is one more port of the guest's hub, beside its PFs.
+  WIRE_A=(-netdev "dgram,id=wire,local.type=inet,local.host=127.0.0.1,local.port=$WA,remote.type=inet,remote.host=127.0.0.1,remote.port=$WB"
+          -netdev hubport,id=hw,hubid=0,netdev=wire)
+  WIRE_B=(-netdev "dgram,id=wire,local.type=inet,local.host=127.0.0.1,local.port=$WB,remote.type=inet,remote.host=127.0.0.1,remote.port=$WA"
+          -netdev hubport,id=hw,hubid=0,netdev=wire)
+fi
 
 # Certificates: one CA; the API server's serving certificate (loopback for the host, 10.0.2.2 for the node);
 # one client certificate in system:masters for every component and kubectl; the service-account key pair.
@@ -215,7 +241,7 @@ console=$logs/console.log
 qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 2560 -smp 2 -nographic -no-reboot \
   -machine q35 -global q35-pcihost.pci-hole64-size=0 -device intel-iommu,intremap=off \
   -netdev hubport,id=h0,hubid=0 -device igb,netdev=h0,addr=0x4 -netdev hubport,id=h1,hubid=0 -device igb,netdev=h1,addr=0x8 \
-  -netdev "user,id=mg,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:$KP-10.0.2.15:$KP" -device virtio-net-pci,netdev=mg,addr=0x10 \
+  "${WIRE_A[@]}" -netdev "user,id=mg,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:$KP-10.0.2.15:$KP" -device virtio-net-pci,netdev=mg,addr=0x10 \
   -kernel "$kdir/boot/vmlinuz" -initrd "$work/initrd" \
   -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on apparmor=0 sriov_rdma=k8s" \
   > "$console" 2>&1 < /dev/null &
@@ -223,15 +249,16 @@ qpid=$!; pids+=($qpid)
 # The node's console lines as they come.
 tail -n +1 -f --pid=$qpid "$console" | sed -u 's/\r$//' | grep -a --line-buffered -E '^(NODE|VMLOG|RESULT setup)' &
 pids+=($!)
-if [ -n "$NODE_B" ]; then
-  # Node B: one igb PF on a hub of its own, at another PCI slot than node A's PFs (so its VFs' addresses differ
-  # too), its own user-mode NIC (the same 10.0.2.0/24 as node A's: each guest's is private) forwarding its
-  # kubelet's port.
-  say "booting node B ($NODEB: CRI-O, one igb PF with $PFB_VFS VFs as $PFB, 2.5 GiB)"
+# Node B: one igb PF (its own MAC: QEMU would give it node A's first PF's) on its hub, at another PCI slot than node
+# A's PFs (so its VFs' addresses differ too), the other end of the wire on the same hub, its own user-mode NIC (the
+# same 10.0.2.0/24 as node A's: each guest's is private) forwarding its kubelet's port. A full run boots it after
+# node A's files (nothing of it then weighs on their figures), a partial run at once.
+boot_node_b() {
+  say "booting node B ($NODEB: CRI-O, one igb PF with $PFB_VFS VFs as $PFB, the wire to node A, 2.5 GiB)"
   consoleb=$logs/console-b.log
   qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 2560 -smp 2 -nographic -no-reboot \
     -machine q35 -global q35-pcihost.pci-hole64-size=0 -device intel-iommu,intremap=off \
-    -netdev hubport,id=h0,hubid=0 -device igb,netdev=h0,addr=0x6 \
+    -netdev hubport,id=h0,hubid=0 -device igb,netdev=h0,addr=0x6,mac=52:54:00:0b:00:10 "${WIRE_B[@]}" \
     -netdev "user,id=mg,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:$KPB-10.0.2.15:$KPB" -device virtio-net-pci,netdev=mg,addr=0x10 \
     -kernel "$kdir/boot/vmlinuz" -initrd "$work/initrd-b" \
     -append "console=ttyS0 quiet panic=-1 rdinit=/init intel_iommu=on apparmor=0 sriov_rdma=k8s" \
@@ -239,7 +266,8 @@ if [ -n "$NODE_B" ]; then
   qpidb=$!; pids+=($qpidb)
   tail -n +1 -f --pid=$qpidb "$consoleb" | sed -u 's/\r$//' | grep -a --line-buffered -E '^(NODE|VMLOG)' | sed -u 's/^/node B: /' &
   pids+=($!)
-fi
+}
+[ -z "$NODE_B" ] || [ -z "$ONLY" ] || boot_node_b
 
 PASS=0; FAIL=0; NAMES=""; FAILED=""
 pass() { PASS=$((PASS + 1)); NAMES="$NAMES${1%%(*}"$'\n'; echo "k8s-e2e: $1 PASS"; }
@@ -269,6 +297,8 @@ expected_of() {
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
     crio.sh) set -- crio-node-ready crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart \
       crio-delete-restores ;;
+    cluster.sh) set -- cluster-nodes cluster-whereabouts cluster-ping cluster-rdma-rping cluster-rdma-write-bw \
+      cluster-vlan-isolation pod-start-per-runtime drain-evicts-and-restores uncordon-reschedules cluster-delete-restores ;;
   esac
   printf '%s\n' "$@"
 }
@@ -359,6 +389,85 @@ spec:
         requests: { "$3": "1" }
         limits: { "$3": "1" }
 EOF
+}
+pod() { # pod NAME NAD RESOURCE|- [DEVICE-ID]: a worker like deploy/pod-nccl.yaml requesting one VF of RESOURCE
+        # (- requests none: the pod then names DEVICE-ID itself, as a tenant could), privileged (it makes its own
+        # Soft-RoCE device); in namespace PODNS (default: default), on node PODNODE (default: the scheduler's choice;
+        # node B's runtime taint is tolerated, not cordon's)
+  local net="{\"name\":\"$2\",\"interface\":\"net1\"${4:+,\"deviceID\":\"$4\"}}"
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: ${PODNS:-default}
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '[$net]'
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 2
+$([ -z "${PODNODE:-}" ] || printf '  nodeSelector: { kubernetes.io/hostname: %s }\n  tolerations: [{ key: %s, operator: Exists, effect: NoSchedule }]\n' "$PODNODE" "${NODEB_TAINT%%=*}")
+  containers:
+    - name: worker
+      image: localhost/sriov-rdma-pod:1
+      imagePullPolicy: Never
+      command: ["sleep", "1000000"]
+      env:
+        - { name: NCCL_SOCKET_IFNAME, value: net1 }
+        - { name: NCCL_IB_ROCE_VERSION_NUM, value: "2" }
+      securityContext:
+        privileged: true
+$([ "$3" = - ] || printf '      resources:\n        requests: { "%s": "1" }\n        limits: { "%s": "1" }\n' "$3" "$3")
+      volumeMounts:
+        - { name: infiniband, mountPath: /dev/infiniband }
+  volumes:
+    - name: infiniband
+      hostPath: { path: /dev/infiniband, type: Directory }
+EOF
+}
+# whereabouts v0.9.2 (cluster-wide IPAM; built from its Go module into the node's /opt/cni/bin):
+# wb_install SHELL applies its CRDs from that module and writes its node configuration
+# (/etc/cni/net.d/whereabouts.d/whereabouts.conf, which its install DaemonSet would write: the node's kubeconfig)
+# through SHELL (onnode, or onb for node B); prints what failed, nothing when all went well.
+WB_DIR=$(dir whereabouts)
+wb_install() {
+  local crd err=""
+  [ -n "$WB_DIR" ] && [ -x "$WB_DIR/whereabouts" ] || err="no whereabouts component ($WB_DIR);"
+  for crd in "$WB_DIR"/crds/*.yaml; do k apply -f "$crd" >/dev/null 2>&1 || err="$err kubectl apply -f $crd failed;"; done
+  k wait --for=condition=Established crd/ippools.whereabouts.cni.cncf.io \
+    crd/overlappingrangeipreservations.whereabouts.cni.cncf.io --timeout=60s >/dev/null 2>&1 \
+    || err="$err the whereabouts CRDs are not established;"
+  "$1" 'mkdir -p /etc/cni/net.d/whereabouts.d && printf "%s\n" "{\"datastore\":\"kubernetes\",\"kubernetes\":{\"kubeconfig\":\"/k8s/run/kubeconfig\"},\"log_file\":\"/var/log/whereabouts.log\",\"log_level\":\"debug\"}" > /etc/cni/net.d/whereabouts.d/whereabouts.conf && test -x /opt/cni/bin/whereabouts' \
+    > "$work/wb-node-$1" 2>&1 || err="$err whereabouts on the node ($1): $(tr '\n' ' ' < "$work/wb-node-$1");"
+  printf '%s' "$err"
+}
+# gid_at SHELL NS POD ADDR: the GID index doctor reports on the pod's node for net1 (ADDR) of the pod's netns
+# (the container's first process, found with crictl on that node: containerd and CRI-O both give its pid)
+gid_at() {
+  local pid out
+  pid=$("$1" "crictl inspect -o go-template --template '{{.info.pid}}' \$(crictl ps -q --name worker --label io.kubernetes.pod.name=$3 --label io.kubernetes.pod.namespace=$2)" 2>/dev/null)
+  for _ in $(seq 1 20); do
+    out=$("$1" "/opt/cni/bin/sriov-rdma doctor --netns /proc/$pid/ns/net" 2>&1)
+    echo "$out" | sed -n "s/.*net1 ($4): .*NCCL_IB_GID_INDEX=\([0-9]*\).*/\1/p" | grep . && return 0
+    sleep 0.5
+  done
+  echo "doctor for $2/$3 (pid ${pid:-none}): $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
+  return 1
+}
+# nad NS NAME RESOURCE CONFIG: a NAD of this plugin for RESOURCE; CONFIG is the rest of its config's JSON object
+# (its keys after name and type, the log's settings added)
+nad() {
+  cat <<EOT
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: $2
+  namespace: $1
+  annotations:
+    k8s.v1.cni.cncf.io/resourceName: $3
+spec:
+  config: '{"cniVersion":"1.0.0","name":"$2","type":"sriov-rdma",$4,"logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log"}'
+EOT
 }
 say "node PFs $PF1 $PF2"
 
@@ -466,6 +575,7 @@ if [ -n "$ONLY" ]; then
   say "K8S_ONLY: running only$ONLY"
   for f in $K8S_ONLY; do
     case " $K8S_ONLY " in *" scenarios.sh "*) case $f in rdma.sh|devices.sh|tenants.sh|ops.sh) continue ;; esac ;; esac
+    case " $K8S_ONLY " in *" crio.sh "*) ;; *) [ "$f" = cluster.sh ] && include crio.sh ;; esac
     include "$f"
   done
 else
@@ -475,7 +585,8 @@ else
   include helm.sh
   include migration.sh
   include scenarios.sh
-  # Last: it labels node B, which brings the DaemonSet there (the files above count one DaemonSet pod).
-  [ -z "$NODE_B" ] || include crio.sh
+  # Last: node B joins; crio.sh labels it, which brings the DaemonSet there (the files above count one DaemonSet
+  # pod), cluster.sh uses both nodes.
+  if [ -n "$NODE_B" ]; then boot_node_b; include crio.sh; include cluster.sh; fi
 fi
 finish

@@ -2,22 +2,8 @@
 # A and B their net1 addresses). Soft-RoCE stands in for the VF's RDMA function: each container creates an rxe
 # device on its own net1 (the 7.x guest kernel's rxe works per netns). The GID index each side uses is the
 # one `sriov-rdma doctor --netns` reports on the node for the pod's netns (its NCCL_IB_GID_INDEX).
-# pid_of POD: the PID of the pod's container on the node (crictl, as an operator would find it)
-pid_of() {
-  onnode "crictl inspect -o go-template --template '{{.info.pid}}' \$(crictl ps -q --name worker --label io.kubernetes.pod.name=$1)" 2>/dev/null
-}
-# gid_of POD ADDR: the GID index doctor reports for net1 (ADDR) of the pod, once the rxe device is there
-gid_of() {
-  local pid out i
-  pid=$(pid_of "$1")
-  for i in $(seq 1 20); do
-    out=$(onnode "/opt/cni/bin/sriov-rdma doctor --netns /proc/$pid/ns/net" 2>&1)
-    echo "$out" | sed -n "s/.*net1 ($2): .*NCCL_IB_GID_INDEX=\([0-9]*\).*/\1/p" | grep . && return 0
-    sleep 0.5
-  done
-  echo "doctor for $1 (pid ${pid:-none}): $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
-  return 1
-}
+# gid_of POD ADDR: the GID index doctor reports on the node for net1 (ADDR) of the pod (e2e.sh's gid_at)
+gid_of() { gid_at onnode "${PODNS:-default}" "$1" "$2"; }
 # pair NAME SERVER-CMD CLIENT-CMD: the server in rdma-b, the client in rdma-a; sets OUT and RC of the client
 pair() {
   k exec rdma-b -- timeout 60 $2 > "$work/$1.server" 2>&1 &

@@ -30,38 +30,6 @@ spec:
   config: '{"cniVersion":"1.0.0","name":"$1","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":100,"vlanQoS":3,"spoofchk":"on","trust":"on","mtu":9000,"rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log"$3,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.7.0.0/24","rangeStart":"10.7.0.${4:-10}","rangeEnd":"10.7.0.${5:-99}"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
 EOF
 }
-pod() { # pod NAME NAD RESOURCE|- [DEVICE-ID]: a worker like deploy/pod-nccl.yaml requesting one VF of RESOURCE
-        # (- requests none: the pod then names DEVICE-ID itself, as a tenant could)
-  local net="{\"name\":\"$2\",\"interface\":\"net1\"${4:+,\"deviceID\":\"$4\"}}"
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $1
-  namespace: ${PODNS:-default}
-  annotations:
-    k8s.v1.cni.cncf.io/networks: '[$net]'
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 2
-  containers:
-    - name: worker
-      image: localhost/sriov-rdma-pod:1
-      imagePullPolicy: Never
-      command: ["sleep", "1000000"]
-      env:
-        - { name: NCCL_SOCKET_IFNAME, value: net1 }
-        - { name: NCCL_IB_ROCE_VERSION_NUM, value: "2" }
-      securityContext:
-        privileged: true
-$([ "$3" = - ] || printf '      resources:\n        requests: { "%s": "1" }\n        limits: { "%s": "1" }\n' "$3" "$3")
-      volumeMounts:
-        - { name: infiniband, mountPath: /dev/infiniband }
-  volumes:
-    - name: infiniband
-      hostPath: { path: /dev/infiniband, type: Directory }
-EOF
-}
 # What DEL must give back: the PF rows, every VF's netdev name, MAC and MTU, and the record store.
 snapshot() {
   onnode "/usr/sbin/ip link show $PF1 | grep ' vf '; /usr/sbin/ip link show $PF2 | grep ' vf '

@@ -6,19 +6,7 @@
 # team-b on VLAN 302: team-a's pods on the two PFs reach each other by ping and by RDMA (rping over rdma_cm), and
 # neither reaches team-b's pod, nor it them. A ResourceQuota on the device plugin's resource caps team-a.
 tns() { k -n "$1" exec "$2" -- sh -c "$3"; }
-tnad() { # tnad NS NAME RESOURCE VLAN RANGE-START RANGE-END
-  cat <<EOT
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: $2
-  namespace: $1
-  annotations:
-    k8s.v1.cni.cncf.io/resourceName: $3
-spec:
-  config: '{"cniVersion":"1.0.0","name":"$2","type":"sriov-rdma","vlan":$4,"mtu":9000,"logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.9.0.$5","rangeEnd":"10.9.0.$6"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
-EOT
-}
+tnad() { nad "$1" "$2" "$3" '"vlan":'"$4"',"mtu":9000,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.9.0.'"$5"'","rangeEnd":"10.9.0.'"$6"'"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}'; }
 k create namespace team-a >/dev/null; k create namespace team-b >/dev/null
 k -n kube-system create configmap sriov-rdma-policy --from-literal=policy.json='{"namespaces":{
   "team-a":{"vlans":[301],"spoofchk":"on","trust":"off"},"team-b":{"vlans":[302],"spoofchk":"on","trust":"off"}}}' >/dev/null
@@ -54,10 +42,10 @@ if [ -n "$installed" ] && [ -n "$ready" ]; then
   for p in team-a/a1 team-a/a2 team-b/b1; do
     tns "${p%/*}" "${p#*/}" "rdma link add rxe_${p#*/} type rxe netdev net1" || why="$why rdma link add in ${p#*/} failed;"
   done
-  # The RoCE GID of each pod's address, as doctor reports it on the node for the pod's netns (rdma.sh's gid_of).
-  gid_of a1 "$a1" >/dev/null || why="$why no GID for $a1 on rxe_a1;"
-  gid_of a2 "$a2" >/dev/null || why="$why no GID for $a2 on rxe_a2;"
-  gid_of b1 "$b1" >/dev/null || why="$why no GID for $b1 on rxe_b1;"
+  # The RoCE GID of each pod's address, as doctor reports it on the node for the pod's netns (e2e.sh's gid_at).
+  gid_at onnode team-a a1 "$a1" >/dev/null || why="$why no GID for $a1 on rxe_a1;"
+  gid_at onnode team-a a2 "$a2" >/dev/null || why="$why no GID for $a2 on rxe_a2;"
+  gid_at onnode team-b b1 "$b1" >/dev/null || why="$why no GID for $b1 on rxe_b1;"
   rp() { # rp SERVER-NS SERVER CLIENT-NS CLIENT ADDR: rping's client rc and round trips
     k -n "$1" exec "$2" -- timeout 40 rping -s -a "$5" -C 3 -v > "$work/rping-$2.server" 2>&1 &
     local s=$!; sleep 2

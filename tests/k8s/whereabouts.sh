@@ -3,14 +3,12 @@
 # IPAM for a secondary network, its state in IPPool objects of the API server instead of files on one node, which
 # is what pods of one training job on several nodes need (host-local would give two nodes' pods the same address).
 # whereabouts v0.9.2 is built from its Go module (tests/k8s/build-components.sh) into the node's /opt/cni/bin, its
-# CRDs applied from that module; its node configuration (/etc/cni/net.d/whereabouts.d/whereabouts.conf, which its
-# install DaemonSet writes) names the node's kubeconfig. This plugin execs it as it execs host-local.
+# CRDs and node configuration installed by e2e.sh's wb_install. This plugin execs it as it execs host-local.
 # What is shown, each from the API server's IPPool and the pods' own addresses: every pod of the range gets an
 # address of it and none twice, the IPPool holds one allocation per pod under its podRef with that address,
 # a deleted pod's address is released (the allocation gone) and the next pod gets a free one, the last delete
 # leaves the pool empty and every VF as it was. Not here: whereabouts' ip-control-loop (its garbage collection of
 # allocations whose pod is gone without a DEL, after a node crash), which runs as a pod of its own image.
-WB_DIR=$(dir whereabouts)
 WB_POOL=10.78.0.0-29
 a=""; b=""; c=""; d=""
 wb_addr() { k exec "$1" -- sh -c "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
@@ -39,14 +37,7 @@ wb_expect() {
 # the offset of an address in 10.78.0.0/29
 wb_off() { echo "${1##*.}"; }
 
-why=""
-[ -n "$WB_DIR" ] && [ -x "$WB_DIR/whereabouts" ] || why="no whereabouts component ($WB_DIR);"
-for crd in "$WB_DIR"/crds/*.yaml; do k apply -f "$crd" >/dev/null 2>&1 || why="$why kubectl apply -f $crd failed;"; done
-k wait --for=condition=Established crd/ippools.whereabouts.cni.cncf.io \
-  crd/overlappingrangeipreservations.whereabouts.cni.cncf.io --timeout=60s >/dev/null 2>&1 \
-  || why="$why the whereabouts CRDs are not established;"
-onnode 'mkdir -p /etc/cni/net.d/whereabouts.d && printf "%s\n" "{\"datastore\":\"kubernetes\",\"kubernetes\":{\"kubeconfig\":\"/k8s/run/kubeconfig\"},\"log_file\":\"/var/log/whereabouts.log\",\"log_level\":\"debug\"}" > /etc/cni/net.d/whereabouts.d/whereabouts.conf && test -x /opt/cni/bin/whereabouts' \
-  > "$work/wb-node" 2>&1 || why="$why whereabouts on the node: $(tr '\n' ' ' < "$work/wb-node");"
+why=$(wb_install onnode)
 cat <<EOF | k apply -f - >/dev/null 2>&1 || why="$why kubectl apply of the NAD wb-net failed;"
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition

@@ -1,0 +1,265 @@
+# Across the two nodes (sourced by e2e.sh after crio.sh, whose shell on node B, onb and snapb it uses): node A
+# (containerd 2.4, its PF2) and node B (CRI-O 1.36.3, pfb0) are joined by one Ethernet wire between their PF hubs
+# (a UDP datagram socket on 127.0.0.1, e2e.sh). What a training job spread over two nodes needs:
+#   - one IP range for both nodes' pods: whereabouts (its state in the API server's IPPool) instead of host-local,
+#     which keeps its leases per node and would give two nodes' pods the same address;
+#   - one node policy for both nodes from one ConfigMap (tenants.sh's: team-a on VLAN 301, team-b on 302);
+#   - ping and jumbo ping, and RDMA (rping over rdma_cm, ib_write_bw with the GID index `sriov-rdma doctor --netns`
+#     reports on each node) between a pod of each node, through their VFs and the wire; a pod of another
+#     namespace on another VLAN reaches neither;
+#   - pod start (kubectl apply → Ready with net1 carrier) per runtime, and the plugin's share of it from its log;
+#   - kubectl drain of node B evicts its pods and gives their VFs back, the DaemonSet stays; uncordon, and the
+#     Deployment's pod comes up there again.
+# Soft-RoCE on each pod's net1 stands in for the VF's own RDMA function (an igb VF has none), as in rdma.sh.
+# Everything is read from the API server (pods, IPPool, node) or from each node's kernel (its PF's VF table, the
+# VFs' netdevs, the traffic), not from an exit status of ours.
+XNS=team-b; YNS=team-a
+XRANGE=10.79.0.0/28; XPOOL=10.79.0.0-28
+CLUSTER_SCENARIOS=$(expected_of cluster.sh | tr '\n' ' ')
+cl_fail_rest() { # cl_fail_rest WHY NAME...: scenarios that cannot run, each a FAIL
+  local w=$1 n; shift
+  for n in "$@"; do fail "$n" "$w"; done
+}
+xin() { k -n "$1" exec "$2" -- sh -c "$3"; } # xin NS POD CMD
+xaddr() { xin "$1" "$2" "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
+# up_in NS POD: Ready and net1 with carrier (up to 240 s)
+up_in() {
+  k -n "$1" wait --for=condition=Ready "pod/$2" --timeout=240s >/dev/null 2>&1 || return 1
+  for _ in $(seq 1 100); do [ "$(xin "$1" "$2" 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] && return 0; sleep 0.2; done
+  return 1
+}
+# add_ms SHELL NS POD: the plugin's ADD for the pod's sandbox, first to last line of its log on that node
+add_ms() {
+  local sb
+  sb=$("$1" "crictl pods -q --name $3 --namespace $2 --state ready" 2>/dev/null | head -1)
+  [ -n "$sb" ] || { echo "no sandbox"; return 1; }
+  "$1" 'cat /var/log/sriov-rdma/sriov-rdma.log' 2>/dev/null \
+    | awk -v sb="$sb" '$4 == "ADD" && index($5, sb) == 1 { p = $2 } { t[NR] = $1; q[NR] = $2 }
+        END { if (p == "") { print "no ADD"; exit 1 }
+              for (i = 1; i <= NR; i++) if (q[i] == p) { if (f == "") f = t[i]; l = t[i] }
+              printf "%.0f ms", (l - f) * 1000 }'
+}
+# xnad NS NAME RESOURCE VLAN: a NAD of the cross-node range (whereabouts), MTU 9000
+xnad() { nad "$1" "$2" "$3" '"vlan":'"$4"',"spoofchk":"on","mtu":9000,"ipam":{"type":"whereabouts","range":"'"$XRANGE"'"}'; }
+# the IPPool's allocations as sorted lines "ADDRESS PODREF"
+xallocs() {
+  k -n kube-system get ippools.whereabouts.cni.cncf.io "$XPOOL" -o json 2>/dev/null \
+    | python3 -c 'import ipaddress, json, sys
+a = json.load(sys.stdin)["spec"].get("allocations") or {}
+for o, v in a.items(): print(ipaddress.ip_address("10.79.0.0") + int(o), v.get("podref", ""))' 2>/dev/null | sort
+}
+# xallocs_are LINE...: the pool holds exactly these (waits up to 30 s); sets XGOT
+xallocs_are() {
+  local want
+  want=$(printf '%s\n' "$@" | grep . | sort)
+  for _ in $(seq 1 30); do XGOT=$(xallocs); [ "$XGOT" = "$want" ] && return 0; sleep 1; done
+  return 1
+}
+
+# --- cluster-nodes: both nodes Ready, node B's shell there, one node policy on both (from one ConfigMap), whereabouts
+#     on both, the RDMA modules loaded on node B (its pods mount /dev/infiniband as node A's do) ---
+why=""
+for n in localhost "$NODEB"; do
+  [ "$(k get node "$n" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] || why="$why node $n not Ready;"
+done
+[ "$(k -n kube-system get pod node-debug-b -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] \
+  || why="$why no shell on $NODEB (crio.sh);"
+if [ -n "$why" ]; then
+  cl_fail_rest "$why" $CLUSTER_SCENARIOS
+  return 0
+fi
+k create namespace "$XNS" >/dev/null 2>&1; k create namespace "$YNS" >/dev/null 2>&1
+k -n kube-system delete configmap sriov-rdma-policy --ignore-not-found >/dev/null 2>&1
+k -n kube-system create configmap sriov-rdma-policy --from-literal=policy.json='{"namespaces":{
+  "team-a":{"vlans":[301],"spoofchk":"on","trust":"off"},"team-b":{"vlans":[302],"spoofchk":"on","trust":"off"}}}' >/dev/null
+pa=""; pb=""
+for _ in $(seq 1 150); do
+  pa=$(onnode 'sha256sum /etc/sriov-rdma/policy.json' 2>/dev/null | cut -d' ' -f1)
+  pb=$(onb 'sha256sum /etc/sriov-rdma/policy.json' 2>/dev/null | cut -d' ' -f1)
+  [ -n "$pb" ] && [ "$pa" = "$pb" ] && onb 'grep -q team-b /etc/sriov-rdma/policy.json' 2>/dev/null && break
+  sleep 1
+done
+[ -n "$pb" ] && [ "$pa" = "$pb" ] || why="$why the node policy differs: node A ${pa:-none}, node B ${pb:-none};"
+why="$why$(wb_install onnode)$(wb_install onb)"
+onb 'modprobe -a rdma_rxe ib_uverbs rdma_ucm && test -c /dev/infiniband/rdma_cm' >/dev/null 2>&1 \
+  || why="$why no /dev/infiniband/rdma_cm on $NODEB after modprobe;"
+{ xnad "$XNS" net-xa sriov-rdma/pf2 302; echo ---; xnad "$XNS" net-xb sriov-rdma/pfb 302; echo ---
+  xnad "$YNS" net-yb sriov-rdma/pfb 301; } | k apply -f - >/dev/null 2>&1 || why="$why kubectl apply of the NADs failed;"
+if [ -z "$why" ]; then pass "cluster-nodes(localhost and $NODEB Ready; one node policy on both, sha256 ${pa:0:12}; whereabouts on both)"
+else
+  fail cluster-nodes "$why"
+  cl_fail_rest "not run: cluster-nodes failed" ${CLUSTER_SCENARIOS#cluster-nodes }
+  return 0
+fi
+XA_BEFORE=$(node_snap); XB_BEFORE=$(snapb)
+
+# --- cluster-whereabouts: xa on node A (containerd, PF2), xb on node B (CRI-O, pfb0), both of team-b (VLAN 302),
+#     and ya of team-a (VLAN 301) on node B: every address out of the one range, none twice, the IPPool holds each
+#     under its pod; each node's PF has the rows. Each pod applied alone, timed to Ready with net1 carrier. ---
+declare -gA START_MS
+xup=1
+for p in "$XNS/xa/localhost/net-xa/sriov-rdma/pf2" "$XNS/xb/$NODEB/net-xb/sriov-rdma/pfb" "$YNS/ya/$NODEB/net-yb/sriov-rdma/pfb"; do
+  IFS=/ read -r ns name node nad res1 res2 <<< "$p"
+  t=$(date +%s%3N)
+  PODNS=$ns PODNODE=$node pod "$name" "$nad" "$res1/$res2" | k apply -f - >/dev/null
+  if up_in "$ns" "$name"; then START_MS[$name]=$(( $(date +%s%3N) - t ))
+  else xup=""; fail cluster-whereabouts "$ns/$name not Ready with net1 carrier: $(k -n "$ns" get pod "$name" -o wide 2>&1 | tail -1) $(k -n "$ns" describe pod "$name" 2>&1 | grep -A8 Events | tail -5 | tr '\n' ' ')"; break; fi
+done
+if [ -n "$xup" ]; then
+  XA=$(xaddr "$XNS" xa); XB=$(xaddr "$XNS" xb); YA=$(xaddr "$YNS" ya)
+  why=""
+  for a in "$XA" "$XB" "$YA"; do case "$a" in 10.79.0.[1-9]|10.79.0.1[0-4]) ;; *) why="$why address '$a' not in $XRANGE;" ;; esac; done
+  [ "$(printf '%s\n' "$XA" "$XB" "$YA" | sort -u | wc -l)" = 3 ] || why="$why an address given twice: $XA $XB $YA;"
+  [ "$(k -n "$XNS" get pod xa -o 'jsonpath={.spec.nodeName}')" = localhost ] || why="$why xa not on node A;"
+  [ "$(k -n "$XNS" get pod xb -o 'jsonpath={.spec.nodeName}')" = "$NODEB" ] || why="$why xb not on node B;"
+  xallocs_are "$XA $XNS/xa" "$XB $XNS/xb" "$YA $YNS/ya" || why="$why the IPPool $XPOOL holds '$(echo "$XGOT" | tr '\n' ';')';"
+  rowa=$(onnode "/usr/sbin/ip link show $PF2 | grep ' vf '" 2>/dev/null); rowb=$(onb "/usr/sbin/ip link show $PFB | grep ' vf '" 2>/dev/null)
+  echo "$rowa" | grep -q 'vlan 302.*spoof checking on.*trust off' || why="$why no row with vlan 302, spoofchk on, trust off on node A's $PF2;"
+  echo "$rowb" | grep -q 'vlan 302.*spoof checking on.*trust off' || why="$why no row with vlan 302 on $PFB;"
+  echo "$rowb" | grep -q 'vlan 301.*spoof checking on.*trust off' || why="$why no row with vlan 301 on $PFB;"
+  [ -z "$why" ] && pass "cluster-whereabouts(xa $XA on localhost/containerd, xb $XB and ya $YA on $NODEB/CRI-O: one range, none twice; IPPool $XPOOL holds each under its pod; VF rows vlan 302 on $PF2 and $PFB, 301 on $PFB)" \
+    || fail cluster-whereabouts "$why"
+fi
+
+if [ -n "$xup" ]; then
+  # --- cluster-ping: xa ↔ xb across the wire, and a jumbo frame (8972 bytes of payload, do not fragment: one 9000-byte
+  #     IP packet) both ways ---
+  why=""
+  out=$(xin "$XNS" xa "ping -c 3 -w 15 $XB" 2>&1) || why="$why xa→xb: $(echo "$out" | tail -2 | tr '\n' ' ');"
+  out=$(xin "$XNS" xb "ping -c 3 -w 15 $XA" 2>&1) || why="$why xb→xa: $(echo "$out" | tail -2 | tr '\n' ' ');"
+  out=$(xin "$XNS" xa "ping -c 3 -w 15 -M do -s 8972 $XB" 2>&1) || why="$why jumbo xa→xb: $(echo "$out" | tail -2 | tr '\n' ' ');"
+  out=$(xin "$XNS" xb "ping -c 3 -w 15 -M do -s 8972 $XA" 2>&1) || why="$why jumbo xb→xa: $(echo "$out" | tail -2 | tr '\n' ' ');"
+  rtt=$(echo "$out" | sed -n 's/.*= [0-9.]*\/\([0-9.]*\)\/.*/\1/p')
+  [ -z "$why" ] && pass "cluster-ping(xa $XA ↔ xb $XB across the wire, and 9000-byte packets with DF set both ways, avg rtt ${rtt} ms under TCG)" \
+    || fail cluster-ping "$why"
+
+  # --- cluster-rdma-rping / cluster-rdma-write-bw: Soft-RoCE on each pod's net1, rdma_cm across the nodes, and
+  #     ib_write_bw with the GID index doctor reports for each pod on its own node ---
+  why=""
+  xin "$XNS" xa 'rdma link add rxeXA type rxe netdev net1' >/dev/null 2>&1 || why="rdma link add in xa failed;"
+  xin "$XNS" xb 'rdma link add rxeXB type rxe netdev net1' >/dev/null 2>&1 || why="$why rdma link add in xb failed;"
+  GXA=$(gid_at onnode "$XNS" xa "$XA") || why="$why no GID index for xa on node A;"
+  GXB=$(gid_at onb "$XNS" xb "$XB") || why="$why no GID index for xb on node B;"
+  if [ -z "$why" ]; then
+    say "GID indexes from sriov-rdma doctor --netns on each node: xa $GXA (node A), xb $GXB (node B)"
+    xpair() { # xpair NAME SERVER-CMD CLIENT-CMD: server in xb (node B), client in xa (node A); sets OUT, RC
+      k -n "$XNS" exec xb -- timeout 60 $2 > "$work/$1.server" 2>&1 &
+      local spid=$!
+      sleep 2
+      OUT=$(k -n "$XNS" exec xa -- timeout 45 $3 2>&1); RC=$?
+      for _ in $(seq 1 50); do kill -0 $spid 2>/dev/null || break; sleep 0.2; done
+      kill $spid 2>/dev/null; wait $spid 2>/dev/null
+    }
+    xpair x-rping "rping -s -a $XB -C 10 -v" "rping -c -a $XB -C 10 -v"
+    n=$(echo "$OUT" | grep -c 'ping data')
+    if [ "$RC" = 0 ] && [ "$n" = 10 ]; then pass "cluster-rdma-rping(xa on node A → xb on node B: rdma_cm, 10/10 round trips over the VFs and the wire)"
+    else fail cluster-rdma-rping "rc=$RC $n/10: $(echo "$OUT" | tail -3 | tr '\n' ' ') server: $(tail -2 "$work/x-rping.server" | tr '\n' ' ')"; fi
+    xpair x-write-bw "ib_write_bw -d rxeXB -x $GXB -n 1000 -F --report_gbits" "ib_write_bw -d rxeXA -x $GXA -n 1000 -F --report_gbits $XB"
+    bw=$(echo "$OUT" | awk '/BW average/ { getline; print $4; exit }')
+    if [ "$RC" = 0 ] && [ -n "$bw" ]; then pass "cluster-rdma-write-bw(ib_write_bw -x <doctor's GID index on each node>, node A → node B: $bw Gbit/s under TCG)"
+    else fail cluster-rdma-write-bw "rc=$RC: $(echo "$OUT" | tail -3 | tr '\n' ' ') server: $(tail -2 "$work/x-write-bw.server" | tr '\n' ' ')"; fi
+  else
+    cl_fail_rest "$why" cluster-rdma-rping cluster-rdma-write-bw
+  fi
+
+  # --- cluster-vlan-isolation: ya (team-a, VLAN 301, node B) in the same IP range reaches neither xa (node A) nor xb
+  #     (its own node), by ping or rdma_cm; xa does not reach it ---
+  why=""
+  xin "$YNS" ya "ping -c 2 -w 4 $XA" >/dev/null 2>&1 && why="$why ya pinged xa across the wire and the VLANs;"
+  xin "$YNS" ya "ping -c 2 -w 4 $XB" >/dev/null 2>&1 && why="$why ya pinged xb on its own node;"
+  xin "$XNS" xa "ping -c 2 -w 4 $YA" >/dev/null 2>&1 && why="$why xa pinged ya;"
+  xin "$YNS" ya 'rdma link add rxeYA type rxe netdev net1' >/dev/null 2>&1 || why="$why rdma link add in ya failed;"
+  k -n "$YNS" exec ya -- timeout 30 rping -s -a "$YA" -C 3 -v > "$work/y-rping.server" 2>&1 &
+  spid=$!; sleep 2
+  out=$(k -n "$XNS" exec xa -- timeout 15 rping -c -a "$YA" -C 3 -v 2>&1); rc=$?
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+  n=$(echo "$out" | grep -c 'ping data')
+  [ "$n" = 0 ] && [ "$rc" != 0 ] || why="$why rping xa→ya across VLANs: rc=$rc, $n round trips;"
+  # The same ping that fails across VLANs works inside one (xa→xb was shown above; again now, so a dead wire
+  # cannot pass this scenario).
+  xin "$XNS" xa "ping -c 2 -w 10 $XB" >/dev/null 2>&1 || why="$why xa no longer reaches xb;"
+  [ -z "$why" ] && pass "cluster-vlan-isolation(ya $YA of team-a on VLAN 301 reaches neither xa on node A nor xb on its own node, by ping or rping; xa still reaches xb)" \
+    || fail cluster-vlan-isolation "$why"
+
+  # --- pod-start-per-runtime: apply → Ready with net1 carrier, per node and runtime, and the plugin's ADD in it ---
+  sa=$(add_ms onnode "$XNS" xa); sb=$(add_ms onb "$XNS" xb); sy=$(add_ms onb "$YNS" ya)
+  case "$sa $sb $sy" in
+    *"no "*) fail pod-start-per-runtime "the plugin's log: xa '$sa', xb '$sb', ya '$sy'" ;;
+    *) pass "pod-start-per-runtime(containerd/node A: xa ${START_MS[xa]} ms, plugin ADD $sa; CRI-O/node B: xb ${START_MS[xb]} ms, plugin ADD $sb; ya ${START_MS[ya]} ms, plugin ADD $sy)" ;;
+  esac
+else
+  cl_fail_rest "not run: the pods did not come up" cluster-ping cluster-rdma-rping cluster-rdma-write-bw cluster-vlan-isolation pod-start-per-runtime
+fi
+k -n "$XNS" delete pod xa xb --ignore-not-found --wait=false >/dev/null 2>&1; k -n "$YNS" delete pod ya --ignore-not-found --wait=false >/dev/null 2>&1
+k -n "$XNS" wait --for=delete pod/xa pod/xb --timeout=120s >/dev/null 2>&1; k -n "$YNS" wait --for=delete pod/ya --timeout=120s >/dev/null 2>&1
+
+# --- drain-evicts-and-restores: a Deployment's pod on node B (as a training job's worker would be), then
+#     kubectl drain node B: the pod evicted, its VF back (pfb0's rows, the VFs' names, MACs, MTUs as before), the
+#     DaemonSet's pod still there and Ready, the node unschedulable, the Deployment's new pod Pending ---
+cat <<EOF | k apply -f - >/dev/null
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: trainer
+  namespace: $XNS
+spec:
+  replicas: 1
+  selector: { matchLabels: { app: trainer } }
+  template:
+$(PODNS=$XNS PODNODE=$NODEB pod trainer net-xb sriov-rdma/pfb | sed -n '/^metadata:/,$p' | sed -e 's/^/    /' -e 's/^    metadata:$/    metadata:\n      labels: { app: trainer }/' | grep -v '^      name: trainer$' | grep -v "^      namespace: $XNS\$")
+EOF
+tpod() { k -n "$XNS" get pods -l app=trainer -o 'jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase}{"\n"}{end}' 2>/dev/null; }
+T1=""
+for _ in $(seq 1 240); do
+  T1=$(tpod | awk -v n="$NODEB" '$2 == n && $3 == "Running" { print $1; exit }')
+  [ -n "$T1" ] && up_in "$XNS" "$T1" && break; T1=""; sleep 1
+done
+dsb=$(k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma --field-selector "spec.nodeName=$NODEB" -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null)
+if [ -n "$T1" ]; then
+  trow=$(onb "/usr/sbin/ip link show $PFB | grep ' vf ' | grep 'vlan 302'" 2>/dev/null)
+  out=$(k drain "$NODEB" --ignore-daemonsets --pod-selector app=trainer --timeout=120s 2>&1); rc=$?
+  why=""
+  [ "$rc" = 0 ] || why="$why kubectl drain rc=$rc: $(echo "$out" | tail -2 | tr '\n' ' ');"
+  k -n "$XNS" wait --for=delete "pod/$T1" --timeout=120s >/dev/null 2>&1 || why="$why $T1 not evicted;"
+  for _ in $(seq 1 60); do XB_NOW=$(snapb); [ "$XB_NOW" = "$XB_BEFORE" ] && break; sleep 1; done
+  [ "$XB_NOW" = "$XB_BEFORE" ] || why="$why node B differs: $(diff <(echo "$XB_BEFORE") <(echo "$XB_NOW") | tr '\n' ';');"
+  [ "$(k get node "$NODEB" -o 'jsonpath={.spec.unschedulable}')" = true ] || why="$why $NODEB not unschedulable;"
+  [ "$(k -n kube-system get pod "$dsb" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] \
+    || why="$why the DaemonSet's pod '$dsb' on $NODEB is not Ready;"
+  pending=$(tpod | awk '$3 == "Pending" { print $1 }')
+  [ -n "$pending" ] || why="$why no Pending pod of the Deployment: $(tpod | tr '\n' ';');"
+  [ -n "$trow" ] || why="$why $T1 had no row with vlan 302 on $PFB before the drain;"
+  [ -z "$why" ] && pass "drain-evicts-and-restores($T1 evicted from $NODEB, its VF's row gone ('$(echo "$trow" | grep -o 'vf [0-9]* .*vlan 302' | cut -c1-50)'), $PFB as before; $dsb Ready; the new pod $pending Pending)" \
+    || fail drain-evicts-and-restores "$why"
+
+  # --- uncordon-reschedules: the node schedulable again, the Deployment's pod runs there with its VF ---
+  k uncordon "$NODEB" >/dev/null 2>&1
+  T2=""
+  for _ in $(seq 1 240); do
+    T2=$(tpod | awk -v n="$NODEB" '$2 == n && $3 == "Running" { print $1; exit }')
+    [ -n "$T2" ] && up_in "$XNS" "$T2" && break; T2=""; sleep 1
+  done
+  why=""
+  [ -n "$T2" ] && [ "$T2" != "$T1" ] || why="no new pod Running with net1 carrier on $NODEB: $(tpod | tr '\n' ';');"
+  onb "/usr/sbin/ip link show $PFB | grep ' vf ' | grep -q 'vlan 302'" 2>/dev/null || why="$why no row with vlan 302 on $PFB;"
+  [ "$(k get node "$NODEB" -o 'jsonpath={.spec.unschedulable}')" != true ] || why="$why $NODEB still unschedulable;"
+  [ -z "$why" ] && pass "uncordon-reschedules($T2 Running on $NODEB with net1 carrier and its VF on vlan 302)" \
+    || fail uncordon-reschedules "$why"
+else
+  fail drain-evicts-and-restores "the Deployment's pod is not Running on $NODEB with net1 carrier: $(tpod | tr '\n' ';') $(k -n "$XNS" get events 2>&1 | tail -3 | tr '\n' ' ')"
+  fail uncordon-reschedules "not run: drain-evicts-and-restores had no pod"
+  k uncordon "$NODEB" >/dev/null 2>&1
+fi
+
+# --- cluster-delete-restores: everything deleted, both nodes' VFs as before, no record, the IPPool empty ---
+k -n "$XNS" delete deployment trainer --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1
+for _ in $(seq 1 120); do [ -z "$(tpod)" ] && break; sleep 1; done
+why=""
+xallocs_are || why="the IPPool still holds '$(echo "$XGOT" | tr '\n' ';')';"
+for _ in $(seq 1 60); do XA_NOW=$(node_snap); XB_NOW=$(snapb); [ "$XA_NOW" = "$XA_BEFORE" ] && [ "$XB_NOW" = "$XB_BEFORE" ] && break; sleep 1; done
+[ "$XA_NOW" = "$XA_BEFORE" ] || why="$why node A differs: $(diff <(echo "$XA_BEFORE") <(echo "$XA_NOW") | tr '\n' ';');"
+[ "$XB_NOW" = "$XB_BEFORE" ] || why="$why node B differs: $(diff <(echo "$XB_BEFORE") <(echo "$XB_NOW") | tr '\n' ';');"
+[ -z "$why" ] && pass "cluster-delete-restores(both nodes' VF rows, names, MACs and MTUs as before, no record; the IPPool empty)" \
+  || fail cluster-delete-restores "$why"
+k -n "$XNS" delete networkattachmentdefinition net-xa net-xb --ignore-not-found >/dev/null 2>&1
+k -n "$YNS" delete networkattachmentdefinition net-yb --ignore-not-found >/dev/null 2>&1
