@@ -40,7 +40,7 @@ add_ms() {
               printf "%.0f ms", (l - f) * 1000 }'
 }
 # xnad NS NAME RESOURCE VLAN: a NAD of the cross-node range (whereabouts), MTU 9000
-xnad() { nad "$1" "$2" "$3" '"vlan":'"$4"',"spoofchk":"on","mtu":9000,"ipam":{"type":"whereabouts","range":"'"$XRANGE"'"}'; }
+xnad() { mknad "$1" "$2" "$3" '"vlan":'"$4"',"spoofchk":"on","mtu":9000,"ipam":{"type":"whereabouts","range":"'"$XRANGE"'"}'; }
 # the IPPool's allocations as sorted lines "ADDRESS PODREF"
 xallocs() {
   k -n kube-system get ippools.whereabouts.cni.cncf.io "$XPOOL" -o json 2>/dev/null \

@@ -454,9 +454,9 @@ gid_at() {
   echo "doctor for $2/$3 (pid ${pid:-none}): $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
   return 1
 }
-# nad NS NAME RESOURCE CONFIG: a NAD of this plugin for RESOURCE; CONFIG is the rest of its config's JSON object
+# mknad NS NAME RESOURCE CONFIG: a NAD of this plugin for RESOURCE; CONFIG is the rest of its config's JSON object
 # (its keys after name and type, the log's settings added)
-nad() {
+mknad() {
   cat <<EOT
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition

@@ -6,7 +6,7 @@
 # team-b on VLAN 302: team-a's pods on the two PFs reach each other by ping and by RDMA (rping over rdma_cm), and
 # neither reaches team-b's pod, nor it them. A ResourceQuota on the device plugin's resource caps team-a.
 tns() { k -n "$1" exec "$2" -- sh -c "$3"; }
-tnad() { nad "$1" "$2" "$3" '"vlan":'"$4"',"mtu":9000,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.9.0.'"$5"'","rangeEnd":"10.9.0.'"$6"'"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}'; }
+tnad() { mknad "$1" "$2" "$3" '"vlan":'"$4"',"mtu":9000,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.9.0.'"$5"'","rangeEnd":"10.9.0.'"$6"'"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}'; }
 k create namespace team-a >/dev/null; k create namespace team-b >/dev/null
 k -n kube-system create configmap sriov-rdma-policy --from-literal=policy.json='{"namespaces":{
   "team-a":{"vlans":[301],"spoofchk":"on","trust":"off"},"team-b":{"vlans":[302],"spoofchk":"on","trust":"off"}}}' >/dev/null
