@@ -57,7 +57,8 @@ xallocs_are() {
 }
 
 # --- cluster-nodes: both nodes Ready, node B's shell there, one node policy on both (from one ConfigMap), whereabouts
-#     on both, the RDMA modules loaded on node B (its pods mount /dev/infiniband as node A's do) ---
+#     on both, the RDMA character devices on node B (its pods mount /dev/infiniband as node A's do; both nodes load
+#     ib_uverbs and rdma_ucm at boot) ---
 why=""
 for n in localhost "$NODEB"; do
   [ "$(k get node "$n" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] || why="$why node $n not Ready;"
@@ -81,8 +82,7 @@ for _ in $(seq 1 150); do
 done
 [ -n "$pb" ] && [ "$pa" = "$pb" ] || why="$why the node policy differs: node A ${pa:-none}, node B ${pb:-none};"
 why="$why$(wb_install onnode)$(wb_install onb)"
-onb 'modprobe -a rdma_rxe ib_uverbs rdma_ucm && test -c /dev/infiniband/rdma_cm' >/dev/null 2>&1 \
-  || why="$why no /dev/infiniband/rdma_cm on $NODEB after modprobe;"
+onb 'test -c /dev/infiniband/rdma_cm' >/dev/null 2>&1 || why="$why no /dev/infiniband/rdma_cm on $NODEB;"
 { xnad "$XNS" net-xa sriov-rdma/pf2 302; echo ---; xnad "$XNS" net-xb sriov-rdma/pfb 302; echo ---
   xnad "$YNS" net-yb sriov-rdma/pfb 301; } | k apply -f - >/dev/null 2>&1 || why="$why kubectl apply of the NADs failed;"
 if [ -z "$why" ]; then pass "cluster-nodes(localhost and $NODEB Ready; one node policy on both, sha256 ${pa:0:12}; whereabouts on both)"

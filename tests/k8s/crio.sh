@@ -37,7 +37,7 @@ else
   fail crio-node-ready "Ready=${ready:-none} runtime='$rt' taints='$taint': $(k get nodes -o wide 2>&1 | tr '\n' ';')"
   tail -30 "$consoleb" | sed 's/^/  console B: /'
   CRIO_WHY="node $NODEB is not Ready"
-  crio_fail_rest crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart crio-delete-restores
+  crio_fail_rest $(expected_of crio.sh | grep -vx crio-node-ready)
   return 0
 fi
 
@@ -48,7 +48,7 @@ sed -e 's/^  name: node-debug$/  name: node-debug-b/' -e "s/^spec:\$/spec:\\n  n
     "$here/manifests/node-debug.yaml" | k apply -f - >/dev/null
 if ! k -n kube-system wait --for=condition=Ready pod/node-debug-b --timeout=240s >/dev/null; then
   CRIO_WHY="node shell pod on $NODEB not Ready: $(k -n kube-system describe pod node-debug-b 2>&1 | tail -6 | tr '\n' ' ')"
-  crio_fail_rest crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart crio-delete-restores
+  crio_fail_rest $(expected_of crio.sh | grep -vx crio-node-ready)
   return 0
 fi
 
@@ -108,23 +108,10 @@ metadata:
     k8s.v1.cni.cncf.io/resourceName: sriov-rdma/pfb
 spec:
   config: '{"cniVersion":"1.0.0","name":"$NADC","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":$VLANC,"mac":"$MACC","spoofchk":"on","mtu":9000,"logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.8.0.0/24","rangeStart":"10.8.0.10","rangeEnd":"10.8.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $PODC
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: '[{"name":"$NADC","interface":"net1"}]'
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 2
-  nodeSelector: { kubernetes.io/hostname: $NODEB }
-  tolerations: [{ key: $TAINT_KEY, operator: Exists, effect: NoSchedule }]
-  # One VF of node B's resource (an extended resource's request is its limit).
-  containers: [{ name: worker, image: "localhost/sriov-rdma-pod:1", imagePullPolicy: Never,
-                 command: [sleep, "1000000"], resources: { limits: { sriov-rdma/pfb: "1" } } }]
 EOF
+# crio_pod NAME: a pod on node B with one VF of its resource, net1 on the NAD above
+crio_pod() { PODNODE=$NODEB vf_pod "$1" "$NADC" sriov-rdma/pfb; }
+crio_pod "$PODC" | k apply -f - >/dev/null
 t=$(date +%s%3N)
 up_ok=""
 if k wait --for=condition=Ready "pod/$PODC" --timeout=300s >/dev/null 2>&1; then
@@ -205,6 +192,39 @@ else
   fail crio-runtime-restart "no pod to restart CRI-O under (crio-pod-vf)"
 fi
 
+# --- crio-kubelet-restart: the kubelet stopped and started again while the pod runs: the same sandbox, net1 carrier,
+#     the row; the kubelet removed the device plugin's socket, the daemon registered again (a new socket) and the
+#     node offers pfb0's VFs again ---
+crio_exec_back() { for _ in $(seq 1 120); do onb true >/dev/null 2>&1 && return 0; sleep 1; done; return 1; }
+crio_ready_back() {
+  for _ in $(seq 1 180); do [ "$(kb '{.status.conditions[?(@.type=="Ready")].status}')" = True ] && return 0; sleep 1; done
+  return 1
+}
+if [ -n "$up_ok" ]; then
+  sb=$SBC; row1=$ROWC
+  sock=$(onb 'ls /var/lib/kubelet/device-plugins/ | grep pfb' 2>/dev/null)
+  ino=$(onb "stat -c %i /var/lib/kubelet/device-plugins/$sock" 2>/dev/null)
+  kpid=$(onb 'pidof kubelet' 2>/dev/null)
+  onb 'kill $(pidof kubelet)' >/dev/null 2>&1
+  sleep 3; crio_ready_back; crio_exec_back
+  ino2=""; alloc=""
+  for _ in $(seq 1 90); do
+    ino2=$(onb "stat -c %i /var/lib/kubelet/device-plugins/$sock" 2>/dev/null); alloc=$(capb allocatable sriov-rdma/pfb)
+    [ -n "$ino2" ] && [ "$ino2" != "$ino" ] && [ "$alloc" = "$PFB_VFS" ] && break; sleep 1
+  done
+  crio_state
+  kpid2=$(onb 'pidof kubelet' 2>/dev/null)
+  car=$(inpodc 'cat /sys/class/net/net1/carrier' 2>/dev/null)
+  if [ -n "$kpid2" ] && [ "$kpid2" != "$kpid" ] && [ "$SBC" = "$sb" ] && [ "$car" = 1 ] && [ "$ROWC" = "$row1" ] \
+     && [ -n "$ino" ] && [ -n "$ino2" ] && [ "$ino2" != "$ino" ] && [ "$alloc" = "$PFB_VFS" ]; then
+    pass "crio-kubelet-restart(kubelet pid $kpid → $kpid2: same sandbox ${sb:0:13}, net1 carrier, row unchanged; $sock registered again, allocatable sriov-rdma/pfb=$alloc)"
+  else
+    fail crio-kubelet-restart "kubelet '$kpid' → '$kpid2', sandbox '$sb' → '$SBC', carrier '$car', row '$row1' → '$ROWC', socket '$sock' inode '$ino' → '$ino2', allocatable '$alloc'"
+  fi
+else
+  fail crio-kubelet-restart "no pod to restart the kubelet under (crio-pod-vf)"
+fi
+
 # --- crio-delete-restores: the pod deleted, every VF of pfb0 is back under its name, MAC and MTU, the PF's rows
 #     are as before, no record, no lease ---
 k delete pod "$PODC" --ignore-not-found --wait=false >/dev/null
@@ -215,4 +235,108 @@ if k wait --for=delete "pod/$PODC" --timeout=120s >/dev/null 2>&1; then
     pass "crio-delete-restores($PFB rows, VF names, MAC, MTU as before, no record, no lease)"
   else fail crio-delete-restores "before: $(echo "$BEFOREB" | tr '\n' ';') after: $(echo "$nowb" | tr '\n' ';')"; fi
 else fail crio-delete-restores "$PODC still there after 120 s: $(k get pod "$PODC" -o wide 2>&1 | tail -1)"; fi
+# crio_restored SECONDS: until node B shows BEFOREB again; sets NOWB
+crio_restored() {
+  for _ in $(seq 1 "$1"); do NOWB=$(snapb); [ "$NOWB" = "$BEFOREB" ] && return 0; sleep 1; done
+  return 1
+}
+# crio_up NAME: applies a pod on node B, waits for Ready with net1 carrier
+crio_up() {
+  crio_pod "$1" | k apply -f - >/dev/null
+  k wait --for=condition=Ready "pod/$1" --timeout=240s >/dev/null 2>&1 || return 1
+  for _ in $(seq 1 100); do [ "$(k exec "$1" -- cat /sys/class/net/net1/carrier 2>/dev/null)" = 1 ] && return 0; sleep 0.2; done
+  return 1
+}
+crio_gone() { # crio_gone NAME...: deletes the pods, then node B as before
+  k delete pod "$@" --ignore-not-found --wait=false >/dev/null 2>&1
+  for p in "$@"; do k wait --for=delete "pod/$p" --timeout=120s >/dev/null 2>&1; done
+  crio_restored 60
+}
+
+# --- crio-force-delete: kubectl delete --force --grace-period=0: the API object goes at once, the kubelet and CRI-O
+#     still tear the sandbox down and the DEL gives the VF back ---
+if crio_up crio-f; then
+  k delete pod crio-f --force --grace-period=0 >/dev/null 2>&1
+  if crio_restored 90; then pass "crio-force-delete($PFB rows, VF names, MACs, MTUs as before, no record, no lease)"
+  else fail crio-force-delete "before: $(echo "$BEFOREB" | tr '\n' ';') after: $(echo "$NOWB" | tr '\n' ';')"; fi
+else fail crio-force-delete "crio-f not Ready with net1 carrier: $(k get pod crio-f -o wide 2>&1 | tail -1)"; crio_gone crio-f; fi
+
+# --- crio-stopp-rmp: the sandbox stopped and removed with crictl on node B: the VF is back on the node under its
+#     name when StopPodSandbox returns (its CNI DEL is done then), the kubelet makes a new sandbox that gets a VF ---
+if crio_up crio-s; then
+  PODC=crio-s; crio_state; sb=$SBC; vf=$VFC
+  name=$(onb "crictl stopp $sb >/dev/null && ls /sys/bus/pci/devices/$vf/net; crictl rmp $sb >/dev/null" 2>/dev/null)
+  want=$(echo "$BEFOREB" | awk -v v="$vf" '$1 == v { print $2 }')
+  sb2=""
+  for _ in $(seq 1 120); do
+    sb2=$(onb "crictl pods -q --name crio-s --state ready" 2>/dev/null); [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && break; sleep 1
+  done
+  k wait --for=condition=Ready pod/crio-s --timeout=120s >/dev/null 2>&1
+  car=""
+  for _ in $(seq 1 50); do car=$(inpodc 'cat /sys/class/net/net1/carrier' 2>/dev/null); [ "$car" = 1 ] && break; sleep 0.2; done
+  if [ -n "$name" ] && [ "$name" = "$want" ] && [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && [ "$car" = 1 ]; then
+    pass "crio-stopp-rmp($vf back as $name after crictl stopp; new sandbox ${sb2:0:13} with net1 carrier)"
+  else fail crio-stopp-rmp "VF $vf after stopp: '$name' (want '$want'), sandbox '$sb' → '$sb2', carrier '$car'"; fi
+  if crio_gone crio-s; then pass "crio-stopp-rmp-then-delete(node B as before)"
+  else fail crio-stopp-rmp-then-delete "after: $(echo "$NOWB" | tr '\n' ';')"; fi
+else
+  fail crio-stopp-rmp "crio-s not Ready with net1 carrier: $(k get pod crio-s -o wide 2>&1 | tail -1)"
+  fail crio-stopp-rmp-then-delete "not run"; crio_gone crio-s
+fi
+PODC=crio-a
+
+# --- crio-bad-config: a NAD with a bad max_tx_rate: the pod's events (CRI-O's sandbox error) carry the plugin's
+#     error naming the key, node B unchanged ---
+mknad default crio-bad sriov-rdma/pfb '"max_tx_rate":"fast","ipam":{"type":"host-local","ranges":[[{"subnet":"10.8.0.0/24"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}' | k apply -f - >/dev/null
+PODNODE=$NODEB vf_pod crio-bad crio-bad sriov-rdma/pfb | k apply -f - >/dev/null
+ev=""
+for _ in $(seq 1 90); do
+  ev=$(k get events --field-selector involvedObject.name=crio-bad -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' 2>/dev/null)
+  echo "$ev" | grep -q max_tx_rate && break; sleep 1
+done
+nowb=$(snapb)
+if echo "$ev" | grep -q max_tx_rate && [ "$nowb" = "$BEFOREB" ]; then
+  pass "crio-bad-config(events: $(echo "$ev" | grep -m1 max_tx_rate | grep -o 'max_tx_rate.*' | cut -c1-160)…; node B unchanged)"
+else fail crio-bad-config "events: $(echo "$ev" | tail -2 | tr '\n' ' ') node B: $(echo "$nowb" | tr '\n' ';')"; fi
+k delete pod crio-bad --ignore-not-found --wait=false >/dev/null 2>&1; k delete net-attach-def crio-bad --ignore-not-found >/dev/null 2>&1
+k wait --for=delete pod/crio-bad --timeout=120s >/dev/null 2>&1
+
+# --- crio-node-crash: the kubelet, CRI-O, every conmon and the pods' processes SIGKILLed, the pods' netns (pinns's
+#     /var/run/netns/<id>) removed, so the kernel returns the VF to the host; the daemons started again by the
+#     node's supervisor: the VF goes back into service (the same pod in a new sandbox, or the pod failed by the
+#     kubelet and a new one), and deleting it leaves node B as before ---
+if crio_up crio-c; then
+  PODC=crio-c; crio_state; sb=$SBC
+  # From the node's root cgroup, detached: the node shell pod dies with the others.
+  onb 'echo $$ > /sys/fs/cgroup/cgroup.procs; touch /run/hold-kubelet /run/hold-crio
+    setsid sh -c "echo \$\$ > /sys/fs/cgroup/cgroup.procs
+      kill -9 \$(pidof kubelet) \$(pidof crio) 2>/dev/null; sleep 0.5
+      kill -9 \$(pidof conmon) 2>/dev/null
+      for c in /sys/fs/cgroup/kubepods*; do [ -e \$c/cgroup.kill ] && echo 1 > \$c/cgroup.kill; done
+      for n in /var/run/netns/*; do umount \$n; rm -f \$n; done
+      sleep 3; rm -f /run/hold-kubelet /run/hold-crio" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
+  sleep 10; crio_ready_back; crio_exec_back
+  ok=""; how=""
+  for _ in $(seq 1 120); do
+    if [ "$(k get pod crio-c -o 'jsonpath={.status.containerStatuses[0].ready}' 2>/dev/null)" = true ] \
+       && [ "$(inpodc 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ]; then ok=1; how="the same pod in a new sandbox"; break; fi
+    ph=$(k get pod crio-c -o 'jsonpath={.status.phase} {.status.reason}' 2>/dev/null)
+    case "$ph" in *UnexpectedAdmissionError*|Failed*) how="the kubelet failed the old pod ($ph)"; break ;; esac
+    sleep 2
+  done
+  if [ -z "$ok" ] && [ -n "$how" ]; then
+    if crio_gone crio-c && crio_up crio-c; then ok=1; how="$how; node B restored, a new pod got a VF"
+    else how="$how; then: $(k get pod crio-c -o wide 2>&1 | tail -1) node B: $(echo "$NOWB" | tr '\n' ';')"; fi
+  fi
+  crio_state
+  if [ -n "$ok" ] && [ -n "$SBC" ] && [ "$SBC" != "$sb" ] && echo "$LINKC" | grep -q LOWER_UP; then
+    pass "crio-node-crash($how: sandbox ${sb:0:13} → ${SBC:0:13}, net1 LOWER_UP)"
+  else fail crio-node-crash "ready=${ok:-no} ${how:-pod neither back nor failed}, sandbox '$sb' → '$SBC': $(k get pod crio-c -o wide 2>&1 | tail -1)"; fi
+  if crio_gone crio-c; then pass "crio-node-crash-then-delete(node B as before)"
+  else fail crio-node-crash-then-delete "after: $(echo "$NOWB" | tr '\n' ';')"; fi
+else
+  fail crio-node-crash "crio-c not Ready with net1 carrier: $(k get pod crio-c -o wide 2>&1 | tail -1)"
+  fail crio-node-crash-then-delete "not run"; crio_gone crio-c
+fi
+PODC=crio-a
 k delete networkattachmentdefinition "$NADC" --ignore-not-found >/dev/null 2>&1

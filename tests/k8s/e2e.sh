@@ -296,7 +296,8 @@ expected_of() {
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
     crio.sh) set -- crio-node-ready crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart \
-      crio-delete-restores ;;
+      crio-kubelet-restart crio-delete-restores crio-force-delete crio-stopp-rmp crio-stopp-rmp-then-delete crio-bad-config \
+      crio-node-crash crio-node-crash-then-delete ;;
     cluster.sh) set -- cluster-nodes cluster-whereabouts cluster-ping cluster-rdma-rping cluster-rdma-write-bw \
       cluster-vlan-isolation pod-start-per-runtime drain-evicts-and-restores uncordon-reschedules cluster-delete-restores ;;
   esac
@@ -368,7 +369,13 @@ node_snap() {
           echo \"\$p \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
         echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '[.]lock\$' | tr '\n' ' ')" 2>&1
 }
+# placement: a pod spec's lines that put it on node PODNODE when that is set (node B's runtime taint tolerated, not
+# cordon's), none when not
+placement() {
+  [ -z "${PODNODE:-}" ] || printf '  nodeSelector: { kubernetes.io/hostname: %s }\n  tolerations: [{ key: %s, operator: Exists, effect: NoSchedule }]\n' "$PODNODE" "${NODEB_TAINT%%=*}"
+}
 vf_pod() { # vf_pod NAME NAD RESOURCE: an unprivileged pod in default asking for one VF of RESOURCE, net1 on NAD
+           # (on node PODNODE when set)
   cat <<EOF
 apiVersion: v1
 kind: Pod
@@ -380,6 +387,7 @@ metadata:
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 2
+$(placement)
   containers:
     - name: worker
       image: localhost/sriov-rdma-pod:1
@@ -392,8 +400,7 @@ EOF
 }
 pod() { # pod NAME NAD RESOURCE|- [DEVICE-ID]: a worker like deploy/pod-nccl.yaml requesting one VF of RESOURCE
         # (- requests none: the pod then names DEVICE-ID itself, as a tenant could), privileged (it makes its own
-        # Soft-RoCE device); in namespace PODNS (default: default), on node PODNODE (default: the scheduler's choice;
-        # node B's runtime taint is tolerated, not cordon's)
+        # Soft-RoCE device); in namespace PODNS (default: default), on node PODNODE when set
   local net="{\"name\":\"$2\",\"interface\":\"net1\"${4:+,\"deviceID\":\"$4\"}}"
   cat <<EOF
 apiVersion: v1
@@ -406,7 +413,7 @@ metadata:
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 2
-$([ -z "${PODNODE:-}" ] || printf '  nodeSelector: { kubernetes.io/hostname: %s }\n  tolerations: [{ key: %s, operator: Exists, effect: NoSchedule }]\n' "$PODNODE" "${NODEB_TAINT%%=*}")
+$(placement)
   containers:
     - name: worker
       image: localhost/sriov-rdma-pod:1
