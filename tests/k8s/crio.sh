@@ -247,6 +247,14 @@ crio_up() {
   for _ in $(seq 1 100); do [ "$(k exec "$1" -- cat /sys/class/net/net1/carrier 2>/dev/null)" = 1 ] && return 0; sleep 0.2; done
   return 1
 }
+crio_end() { # crio_end SCENARIO POD: POD deleted; SCENARIO-then-delete passes when node B is as before
+  if crio_gone "$2"; then pass "$1-then-delete(node B as before)"
+  else fail "$1-then-delete" "after: $(echo "$NOWB" | tr '\n' ';')"; fi
+}
+crio_not_up() { # crio_not_up SCENARIO POD: POD did not come up: SCENARIO and its -then-delete fail
+  fail "$1" "$2 not Ready with net1 carrier: $(k get pod "$2" -o wide 2>&1 | tail -1)"
+  fail "$1-then-delete" "not run"; crio_gone "$2"
+}
 crio_gone() { # crio_gone NAME...: deletes the pods, then node B as before
   k delete pod "$@" --ignore-not-found --wait=false >/dev/null 2>&1
   for p in "$@"; do k wait --for=delete "pod/$p" --timeout=120s >/dev/null 2>&1; done
@@ -277,12 +285,8 @@ if crio_up crio-s; then
   if [ -n "$name" ] && [ "$name" = "$want" ] && [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && [ "$car" = 1 ]; then
     pass "crio-stopp-rmp($vf back as $name after crictl stopp; new sandbox ${sb2:0:13} with net1 carrier)"
   else fail crio-stopp-rmp "VF $vf after stopp: '$name' (want '$want'), sandbox '$sb' → '$sb2', carrier '$car'"; fi
-  if crio_gone crio-s; then pass "crio-stopp-rmp-then-delete(node B as before)"
-  else fail crio-stopp-rmp-then-delete "after: $(echo "$NOWB" | tr '\n' ';')"; fi
-else
-  fail crio-stopp-rmp "crio-s not Ready with net1 carrier: $(k get pod crio-s -o wide 2>&1 | tail -1)"
-  fail crio-stopp-rmp-then-delete "not run"; crio_gone crio-s
-fi
+  crio_end crio-stopp-rmp crio-s
+else crio_not_up crio-stopp-rmp crio-s; fi
 PODC=crio-a
 
 # --- crio-bad-config: a NAD with a bad max_tx_rate: the pod's events (CRI-O's sandbox error) carry the plugin's
@@ -332,11 +336,7 @@ if crio_up crio-c; then
   if [ -n "$ok" ] && [ -n "$SBC" ] && [ "$SBC" != "$sb" ] && echo "$LINKC" | grep -q LOWER_UP; then
     pass "crio-node-crash($how: sandbox ${sb:0:13} → ${SBC:0:13}, net1 LOWER_UP)"
   else fail crio-node-crash "ready=${ok:-no} ${how:-pod neither back nor failed}, sandbox '$sb' → '$SBC': $(k get pod crio-c -o wide 2>&1 | tail -1)"; fi
-  if crio_gone crio-c; then pass "crio-node-crash-then-delete(node B as before)"
-  else fail crio-node-crash-then-delete "after: $(echo "$NOWB" | tr '\n' ';')"; fi
-else
-  fail crio-node-crash "crio-c not Ready with net1 carrier: $(k get pod crio-c -o wide 2>&1 | tail -1)"
-  fail crio-node-crash-then-delete "not run"; crio_gone crio-c
-fi
+  crio_end crio-node-crash crio-c
+else crio_not_up crio-node-crash crio-c; fi
 PODC=crio-a
 k delete networkattachmentdefinition "$NADC" --ignore-not-found >/dev/null 2>&1
