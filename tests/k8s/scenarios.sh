@@ -32,12 +32,8 @@ EOF
 }
 # What DEL must give back: the PF rows, every VF's netdev name, MAC and MTU, and the record store.
 snapshot() {
-  onnode "/usr/sbin/ip link show $PF1 | grep ' vf '; /usr/sbin/ip link show $PF2 | grep ' vf '
-        for v in /sys/class/net/$PF1/device/virtfn* /sys/class/net/$PF2/device/virtfn*; do
-          p=\$(basename \$(readlink \$v)); n=\$(ls /sys/bus/pci/devices/\$p/net 2>/dev/null)
-          echo \"\$p \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
-        echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '[.]lock\$' | tr '\n' ' ')
-        echo leases: \$(ls /var/lib/cni/sriov-rdma-ipam/$NAD /var/lib/cni/sriov-rdma-ipam/$NADB 2>/dev/null | grep '^10[.]' | tr '\n' ' ')" 2>&1
+  node_snap
+  onnode "echo leases: \$(ls /var/lib/cni/sriov-rdma-ipam/$NAD /var/lib/cni/sriov-rdma-ipam/$NADB 2>/dev/null | grep '^10[.]' | tr '\n' ' ')" 2>&1
 }
 inpod() { k exec "$1" -- sh -c "$2"; }
 ms() { date +%s%3N; }
