@@ -122,15 +122,23 @@ if [ -n "$xup" ]; then
 fi
 
 if [ -n "$xup" ]; then
-  # --- cluster-ping: xa ↔ xb across the wire, and a jumbo frame (8972 bytes of payload, do not fragment: one 9000-byte
-  #     IP packet) both ways ---
+  # --- cluster-ping: xa ↔ xb across the wire, and a jumbo frame both ways: 8972 bytes of payload, one 9000-byte IP
+  #     packet at net1's MTU, sent whole (the sender's IP FragCreates counter does not move; busybox's ping has no
+  #     -M do) ---
+  fragc() { xin "$XNS" "$1" "awk '/^Ip:/ { if (!h) { for (i = 1; i <= NF; i++) if (\$i == \"FragCreates\") c = i; h = 1 } else print \$c }' /proc/net/snmp" 2>/dev/null; }
   why=""
   out=$(xin "$XNS" xa "ping -c 3 -w 15 $XB" 2>&1) || why="$why xa→xb: $(echo "$out" | tail -2 | tr '\n' ' ');"
   out=$(xin "$XNS" xb "ping -c 3 -w 15 $XA" 2>&1) || why="$why xb→xa: $(echo "$out" | tail -2 | tr '\n' ' ');"
-  out=$(xin "$XNS" xa "ping -c 3 -w 15 -M do -s 8972 $XB" 2>&1) || why="$why jumbo xa→xb: $(echo "$out" | tail -2 | tr '\n' ' ');"
-  out=$(xin "$XNS" xb "ping -c 3 -w 15 -M do -s 8972 $XA" 2>&1) || why="$why jumbo xb→xa: $(echo "$out" | tail -2 | tr '\n' ' ');"
+  fa=$(fragc xa); fb=$(fragc xb)
+  out=$(xin "$XNS" xa "ping -c 3 -w 15 -s 8972 $XB" 2>&1) || why="$why jumbo xa→xb: $(echo "$out" | tail -2 | tr '\n' ' ');"
+  out=$(xin "$XNS" xb "ping -c 3 -w 15 -s 8972 $XA" 2>&1) || why="$why jumbo xb→xa: $(echo "$out" | tail -2 | tr '\n' ' ');"
   rtt=$(echo "$out" | sed -n 's/.*= [0-9.]*\/\([0-9.]*\)\/.*/\1/p')
-  [ -z "$why" ] && pass "cluster-ping(xa $XA ↔ xb $XB across the wire, and 9000-byte packets with DF set both ways, avg rtt ${rtt} ms under TCG)" \
+  fa2=$(fragc xa); fb2=$(fragc xb)
+  [ -n "$fa" ] && [ "$fa" = "$fa2" ] && [ -n "$fb" ] && [ "$fb" = "$fb2" ] || why="$why IP fragments made: xa FragCreates '$fa' → '$fa2', xb '$fb' → '$fb2';"
+  for p in xa xb; do
+    [ "$(xin "$XNS" "$p" 'cat /sys/class/net/net1/mtu' 2>/dev/null)" = 9000 ] || why="$why $p's net1 MTU is not 9000;"
+  done
+  [ -z "$why" ] && pass "cluster-ping(xa $XA ↔ xb $XB across the wire; 9000-byte packets both ways, unfragmented (FragCreates unchanged), avg rtt ${rtt} ms under TCG)" \
     || fail cluster-ping "$why"
 
   # --- cluster-rdma-rping / cluster-rdma-write-bw: Soft-RoCE on each pod's net1, rdma_cm across the nodes, and
@@ -226,7 +234,7 @@ if [ -n "$T1" ]; then
   [ "$(k get node "$NODEB" -o 'jsonpath={.spec.unschedulable}')" = true ] || why="$why $NODEB not unschedulable;"
   [ "$(k -n kube-system get pod "$dsb" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] \
     || why="$why the DaemonSet's pod '$dsb' on $NODEB is not Ready;"
-  pending=$(tpod | awk '$3 == "Pending" { print $1 }')
+  pending=$(tpod | awk '$NF == "Pending" { print $1 }')
   [ -n "$pending" ] || why="$why no Pending pod of the Deployment: $(tpod | tr '\n' ';');"
   [ -n "$trow" ] || why="$why $T1 had no row with vlan 302 on $PFB before the drain;"
   [ -z "$why" ] && pass "drain-evicts-and-restores($T1 evicted from $NODEB, its VF's row gone ('$(echo "$trow" | grep -o 'vf [0-9]* .*vlan 302' | cut -c1-50)'), $PFB as before; $dsb Ready; the new pod $pending Pending)" \
