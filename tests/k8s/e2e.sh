@@ -26,16 +26,16 @@ initrd=${2:?}
 cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
-FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh"
+FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh dra.sh"
 NODE_B=${K8S_NODE_B:-}
 case "$NODE_B" in "" | crio) ;; *) die "K8S_NODE_B=$NODE_B: the second node's runtime can be crio only" ;; esac
 # Node B: its name, its PF's name and VF count differ from node A's (real clusters are not uniform); the taint keeps
 # every pod that does not tolerate it (all of node A's scenarios) off it.
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
 [ -z "$NODE_B" ] || FILES="$FILES crio.sh"
-# Scenario files a full run leaves out, run only when K8S_ONLY names them: the DRA driver (off by default);
-# whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node refuses.
-OPT_FILES="dra.sh whereabouts.sh"
+# Scenario files a full run leaves out, run only when K8S_ONLY names them: whereabouts.sh, whose pods are in the
+# default namespace, which the node policy tenants.sh leaves on the node refuses.
+OPT_FILES="whereabouts.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -263,7 +263,8 @@ expected_of() {
     rdma.sh) set -- rdma-rping rdma-write-bw ;;
     devices.sh) set -- device-plugin-rdma-chardevs device-plugin-vfio ;;
     tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
-    dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-unprepare dra-off-again ;;
+    dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-claim-config dra-beside-device-plugin \
+      dra-unprepare dra-bad-config-vlan dra-bad-config-policy dra-off-again ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
@@ -359,6 +360,29 @@ spec:
         requests: { "$3": "1" }
         limits: { "$3": "1" }
 EOF
+}
+devpod() { # devpod NAME RESOURCE [TEMPLATE]: an unprivileged pod in $PODNS (default), no network, taking one
+           # device of RESOURCE; with TEMPLATE (RESOURCE -) it claims one VF through that ResourceClaimTemplate
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: { name: $1, namespace: ${PODNS:-default} }
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: worker
+      image: localhost/sriov-rdma-pod:1
+      imagePullPolicy: Never
+      command: ["sleep", "1000000"]
+      securityContext: { privileged: false, allowPrivilegeEscalation: false }
+      resources:
+EOF
+  if [ -n "${3:-}" ]; then
+    printf '        claims: [{ name: vf }]\n  resourceClaims:\n    - name: vf\n      resourceClaimTemplateName: %s\n' "$3"
+  else
+    printf '        requests: { "%s": "1" }\n        limits: { "%s": "1" }\n' "$2" "$2"
+  fi
 }
 say "node PFs $PF1 $PF2"
 
@@ -475,6 +499,9 @@ else
   include helm.sh
   include migration.sh
   include scenarios.sh
+  # The DRA driver switched on beside the device plugin and off again; it adds its namespace to the node policy
+  # scenarios.sh left and puts the node's file back, and ends with the overlay applied.
+  include dra.sh
   # Last: it labels node B, which brings the DaemonSet there (the files above count one DaemonSet pod).
   [ -z "$NODE_B" ] || include crio.sh
 fi
