@@ -30,6 +30,7 @@ pub mod registration_api {
 
 pub mod alloc;
 pub mod cdi;
+pub mod claimconfig;
 pub mod config;
 pub mod devices;
 pub mod dra;

@@ -68,6 +68,10 @@ struct Args {
 struct DraOpts {
     node: Option<String>,
     cdi_dir: PathBuf,
+    /// The node policy a claim's config is admitted by: `policy.json` in the directory the daemon installs it
+    /// into (`--policy-dir`), or the node's own `/etc/sriov-rdma` when that directory is not there (the daemon
+    /// outside a pod).
+    policy: PathBuf,
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
@@ -105,6 +109,7 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         dra: DraOpts {
             node: std::env::var("NODE_NAME").ok().filter(|v| !v.is_empty()),
             cdi_dir: env_path("SRIOV_RDMA_CDI_DIR", "/var/run/cdi"),
+            policy: PathBuf::from(sriov_rdma_cni::policy::DEFAULT_PATH),
         },
     };
     let addr = |v: &str| v.parse().map_err(|e| format!("metrics address {v:?}: {e}"));
@@ -230,6 +235,10 @@ fn main() {
         }
     };
     let timing = Timing { poll: args.poll, full_poll: args.full_poll, ..Timing::default() };
+    let mut args = args;
+    if args.policy_dir.is_dir() {
+        args.dra.policy = args.policy_dir.join(sriov_rdma_cni::policy::FILE_NAME);
+    }
     let sources = reload::Sources { config: args.config, policy: args.policy.map(|p| (p, args.policy_dir)) };
     std::process::exit(rt.block_on(run(config, args.paths, timing, sources, args.metrics_addr, args.dra)));
 }
@@ -399,8 +408,14 @@ async fn start_dra(
         .await
         .map_err(|e| format!("a resource says dra: true but the API server cannot be reached: {e}"))?;
     let root = paths.kubelet_dir.parent().unwrap_or(Path::new("/var/lib/kubelet"));
-    let dra_paths =
-        dra::DraPaths::under(root, dra::DRIVER, opts.cdi_dir.clone(), paths.sysfs.clone(), paths.dev_root.clone());
+    let dra_paths = dra::DraPaths::under(
+        root,
+        dra::DRIVER,
+        opts.cdi_dir.clone(),
+        paths.sysfs.clone(),
+        paths.dev_root.clone(),
+        opts.policy.clone(),
+    );
     let (registered, kick) = tokio::sync::watch::channel(0u64);
     let driver = dra::Driver {
         name: dra::DRIVER.into(),
