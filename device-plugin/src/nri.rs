@@ -121,8 +121,8 @@ impl Plugin {
             .filter(|p| !p.is_empty());
         let mine = attachments_of(&self.state_dir, &pod.id, netns.as_deref());
         let Some(first) = mine.first() else { return api::CreateContainerResponse::default() };
-        let (source, path) = (self.source.clone(), first.netns.clone());
-        let read = tokio::task::spawn_blocking(move || source.nccl(&path)).await;
+        let (source, recorded, pid) = (self.source.clone(), first.netns.clone(), pod.pid);
+        let read = tokio::task::spawn_blocking(move || source.nccl(&namespace_path(&recorded, pid))).await;
         let settings = match read {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -148,6 +148,16 @@ impl Plugin {
             ..Default::default()
         }
     }
+}
+
+/// The pod's network namespace: the path the CNI was given (the runtime's file under /var/run/netns), or, where
+/// the daemon does not see that file (its mount not propagated into the daemon's container), the sandbox
+/// process's, which the daemon sees when it runs in the host's PID namespace (hostPID).
+fn namespace_path(recorded: &str, pid: u32) -> String {
+    if pid == 0 || Path::new(recorded).exists() {
+        return recorded.to_string();
+    }
+    format!("/proc/{pid}/ns/net")
 }
 
 /// The finished attachments of the pod whose sandbox is `sandbox_id` (or whose namespace is `netns`), in rail

@@ -33,9 +33,10 @@ case "$NODE_B" in "" | crio) ;; *) die "K8S_NODE_B=$NODE_B: the second node's ru
 # every pod that does not tolerate it (all of node A's scenarios) off it.
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
 [ -z "$NODE_B" ] || FILES="$FILES crio.sh"
-# Scenario files a full run leaves out, run only when K8S_ONLY names them: the DRA driver (off by default);
-# whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node refuses.
-OPT_FILES="dra.sh whereabouts.sh"
+# Scenario files a full run leaves out, run only when K8S_ONLY names them: the DRA driver and the NRI plugin (off by
+# default); whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the
+# node refuses.
+OPT_FILES="dra.sh nri.sh whereabouts.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -264,6 +265,7 @@ expected_of() {
     devices.sh) set -- device-plugin-rdma-chardevs device-plugin-vfio ;;
     tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
     dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-unprepare dra-off-again ;;
+    nri.sh) set -- nri-plugin-registered nri-nccl-env nri-own-variable-kept nri-no-record-no-env nri-off-again ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
