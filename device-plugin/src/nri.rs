@@ -283,3 +283,37 @@ pub async fn run(socket: PathBuf, plugin: Arc<Plugin>, retry: Duration) {
         tokio::time::sleep(retry).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(ifname: &str, hca: &str, gid_index: u32) -> NcclSettings {
+        NcclSettings { ifname: ifname.into(), address: "10.1.0.2".parse().unwrap(), hca: hca.into(), gid_index }
+    }
+
+    fn keys(kv: &[api::KeyValue]) -> Vec<String> {
+        kv.iter().map(|kv| format!("{}={}", kv.key, kv.value)).collect()
+    }
+
+    #[test]
+    fn differing_gid_indexes_leave_the_gid_index_out_and_say_why() {
+        let (env, why) = nccl_env(&[], &["net1", "net2"], &[s("net1", "mlx5_2:1", 3), s("net2", "mlx5_3:1", 1)]);
+        assert_eq!(keys(&env), ["NCCL_IB_HCA=mlx5_2:1,mlx5_3:1", "NCCL_SOCKET_IFNAME=net1,net2"]);
+        assert!(why.is_some_and(|w| w.contains("different indexes")));
+    }
+
+    #[test]
+    fn an_interface_without_a_roce_v2_gid_gives_nothing() {
+        let (env, why) = nccl_env(&[], &["net1"], &[s("eth0", "rxe0:1", 1)]);
+        assert!(env.is_empty());
+        assert!(why.is_some_and(|w| w.contains("net1")));
+    }
+
+    #[test]
+    fn a_variable_set_empty_by_the_container_is_still_its_own() {
+        let (env, _) =
+            nccl_env(&["NCCL_IB_HCA=".into(), "NCCL_SOCKET_IFNAMES=x".into()], &["net1"], &[s("net1", "m:1", 3)]);
+        assert_eq!(keys(&env), ["NCCL_IB_GID_INDEX=3", "NCCL_SOCKET_IFNAME=net1"]);
+    }
+}

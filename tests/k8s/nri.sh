@@ -15,6 +15,8 @@ NRI_NAD=sriov-rdma-nri
 ninpod() { k exec "$1" -c "$2" -- sh -c "$3"; }
 nccl_of() { ninpod "$1" "$2" 'env' 2>/dev/null | grep '^NCCL_' | sort | tr '\n' ' '; }
 nlog() { k -n kube-system logs ds/sriov-rdma 2>&1; }
+# sleeper NAME [KEY: VALUE...]: a container of the pods' image that sleeps, in one line of YAML
+sleeper() { local n=$1; shift; echo "    - { name: $n, image: localhost/sriov-rdma-pod:1, imagePullPolicy: Never, command: [sleep, \"1000000\"]${*:+, $*} }"; }
 # The NAD: like scenarios.sh's, a VF of sriov-rdma/pf1, no VLAN, host-local addresses of its own.
 cat <<EOF | k apply -f - >/dev/null
 apiVersion: k8s.cni.cncf.io/v1
@@ -25,7 +27,7 @@ metadata:
   annotations:
     k8s.v1.cni.cncf.io/resourceName: sriov-rdma/pf1
 spec:
-  config: '{"cniVersion":"1.0.0","name":"$NRI_NAD","type":"sriov-rdma","capabilities":{"deviceID":true},"spoofchk":"on","rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.8.0.0/24","rangeStart":"10.8.0.10","rangeEnd":"10.8.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
+  config: '{"cniVersion":"1.0.0","name":"$NRI_NAD","type":"sriov-rdma","capabilities":{"deviceID":true},"spoofchk":"on","rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.9.0.10","rangeEnd":"10.9.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
 EOF
 
 # --- switching the plugin on ---
@@ -60,19 +62,8 @@ spec:
       command: ["sh", "-c", "rdma link add rxe_nri type rxe netdev net1 && for i in \$(seq 1 100); do grep -qs ':ffff:' /sys/class/infiniband/rxe_nri/ports/1/gids/* && exit 0; sleep 0.1; done; exit 1"]
       securityContext: { privileged: true }
   containers:
-    - name: worker
-      image: localhost/sriov-rdma-pod:1
-      imagePullPolicy: Never
-      command: ["sleep", "1000000"]
-      resources:
-        requests: { "sriov-rdma/pf1": "1" }
-        limits: { "sriov-rdma/pf1": "1" }
-    - name: own
-      image: localhost/sriov-rdma-pod:1
-      imagePullPolicy: Never
-      command: ["sleep", "1000000"]
-      env:
-        - { name: NCCL_IB_GID_INDEX, value: "99" }
+$(sleeper worker 'resources: { requests: { "sriov-rdma/pf1": "1" }, limits: { "sriov-rdma/pf1": "1" } }')
+$(sleeper own 'env: [{ name: NCCL_IB_GID_INDEX, value: "99" }]')
 ---
 apiVersion: v1
 kind: Pod
@@ -83,10 +74,7 @@ spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 2
   containers:
-    - name: worker
-      image: localhost/sriov-rdma-pod:1
-      imagePullPolicy: Never
-      command: ["sleep", "1000000"]
+$(sleeper worker)
 EOF
 ready=1
 for p in nri-a nri-plain; do k wait --for=condition=Ready "pod/$p" --timeout=240s >/dev/null 2>&1 || ready=""; done
