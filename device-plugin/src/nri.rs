@@ -122,7 +122,14 @@ impl Plugin {
         let mine = attachments_of(&self.state_dir, &pod.id, netns.as_deref());
         let Some(first) = mine.first() else { return api::CreateContainerResponse::default() };
         let (source, recorded, pid) = (self.source.clone(), first.netns.clone(), pod.pid);
-        let read = tokio::task::spawn_blocking(move || source.nccl(&namespace_path(&recorded, pid))).await;
+        let read = tokio::task::spawn_blocking(move || {
+            source.nccl(&recorded).or_else(|e| match pid {
+                0 => Err(e),
+                // The runtime's file not mounted where the daemon sees it: the sandbox process's namespace.
+                _ => source.nccl(&format!("/proc/{pid}/ns/net")).map_err(|e2| format!("{e}; {e2}")),
+            })
+        })
+        .await;
         let settings = match read {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -148,16 +155,6 @@ impl Plugin {
             ..Default::default()
         }
     }
-}
-
-/// The pod's network namespace: the path the CNI was given (the runtime's file under /var/run/netns), or, where
-/// the daemon does not see that file (its mount not propagated into the daemon's container), the sandbox
-/// process's, which the daemon sees when it runs in the host's PID namespace (hostPID).
-fn namespace_path(recorded: &str, pid: u32) -> String {
-    if pid == 0 || Path::new(recorded).exists() {
-        return recorded.to_string();
-    }
-    format!("/proc/{pid}/ns/net")
 }
 
 /// The finished attachments of the pod whose sandbox is `sandbox_id` (or whose namespace is `netns`), in rail
