@@ -103,22 +103,32 @@ pub fn spec(driver: &str, claim_uid: &str, vfs: &[Allocated], dev_root: &Path) -
 /// Writes the claim's spec atomically (a runtime reading the directory never sees half a file).
 pub fn write(cdi_dir: &Path, driver: &str, claim_uid: &str, spec: &Spec) -> Result<PathBuf, String> {
     let path = spec_path(cdi_dir, driver, claim_uid);
-    let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
-    std::fs::create_dir_all(cdi_dir).map_err(|e| io("creating the directory of", e))?;
     let text = serde_json::to_vec_pretty(spec).map_err(|e| format!("encoding {}: {e}", path.display()))?;
-    // A dot file: the CDI cache reads only *.json and *.yaml, so the temporary file is never taken for a spec.
-    let tmp = cdi_dir.join(format!(".{driver}-{claim_uid}.json.{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| io("writing the spec", e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| io("renaming the spec into", e))?;
+    write_file(cdi_dir, &format!("{driver}-{claim_uid}.json"), &text, "the spec")
+}
+
+/// Writes `dir/name` atomically through a temporary dot file (the CDI cache reads only *.json and *.yaml, so the
+/// temporary file is never taken for a spec); `what` names the file in an error.
+pub fn write_file(dir: &Path, name: &str, text: &[u8], what: &str) -> Result<PathBuf, String> {
+    let path = dir.join(name);
+    let io = |doing: &str, e: std::io::Error| format!("{doing} {what} {}: {e}", path.display());
+    std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| io("writing", e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io("renaming into place", e))?;
     Ok(path)
 }
 
 /// Removes the claim's spec; one that is not there is already unprepared.
 pub fn remove(cdi_dir: &Path, driver: &str, claim_uid: &str) -> Result<(), String> {
-    let path = spec_path(cdi_dir, driver, claim_uid);
-    match std::fs::remove_file(&path) {
+    remove_file(&spec_path(cdi_dir, driver, claim_uid), "the CDI spec")
+}
+
+/// Removes `path`; one that is not there is no error.
+pub fn remove_file(path: &Path, what: &str) -> Result<(), String> {
+    match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("removing the CDI spec {}: {e}", path.display())),
+        Err(e) => Err(format!("removing {what} {}: {e}", path.display())),
     }
 }

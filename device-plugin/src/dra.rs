@@ -5,9 +5,11 @@
 //! NodePrepareResources reads each claim from the API server, takes the devices allocated to it by this driver
 //! from this node's pool, and writes a CDI spec giving the VFs' character devices (cdi.rs); NodeUnprepareResources
 //! removes it. The VFs it may hand out are those the `dra: true` resources offer (the same lists as slices.rs
-//! publishes). The claim's opaque config and moving the VF into the pod (NRI) are not done here yet.
+//! publishes). The claim's opaque config is checked as the CNI checks a NAD's, the node policy applied
+//! (claimconfig.rs), and kept with the prepared claim; moving the VF into the pod (NRI) is not done here yet.
 
 use crate::cdi;
+use crate::claimconfig;
 use crate::devices::Offered;
 use crate::dra_api::dra_plugin_server::{DraPlugin, DraPluginServer};
 use crate::dra_api::{
@@ -50,18 +52,33 @@ pub struct DraPaths {
     pub cdi_dir: PathBuf,
     pub sysfs: PathBuf,
     pub dev_root: PathBuf,
+    /// The CNI's node policy file (applied to a claim by its namespace).
+    pub policy: PathBuf,
 }
 
 impl DraPaths {
     /// The kubelet's own layout under its root directory (`/var/lib/kubelet`).
-    pub fn under(kubelet_root: &Path, driver: &str, cdi_dir: PathBuf, sysfs: PathBuf, dev_root: PathBuf) -> Self {
+    pub fn under(
+        kubelet_root: &Path,
+        driver: &str,
+        cdi_dir: PathBuf,
+        sysfs: PathBuf,
+        dev_root: PathBuf,
+        policy: PathBuf,
+    ) -> Self {
         DraPaths {
             registry_dir: kubelet_root.join("plugins_registry"),
             plugin_dir: kubelet_root.join("plugins").join(driver),
             cdi_dir,
             sysfs,
             dev_root,
+            policy,
         }
+    }
+
+    /// Where the prepared claims' checked configs are kept (`<claim UID>.json`), for the attach.
+    pub fn claims_dir(&self) -> PathBuf {
+        self.plugin_dir.join("claims")
     }
 
     pub fn registration_socket(&self, driver: &str) -> PathBuf {
@@ -100,12 +117,10 @@ impl Driver {
                 claim.uid
             ));
         }
-        let results = rc
-            .status
-            .and_then(|s| s.allocation)
-            .and_then(|a| a.devices)
-            .and_then(|d| d.results)
-            .ok_or("it is not allocated (no status.allocation.devices.results)")?;
+        let devices = rc.status.and_then(|s| s.allocation).and_then(|a| a.devices);
+        let configs = devices.as_ref().and_then(|d| d.config.clone()).unwrap_or_default();
+        let results =
+            devices.and_then(|d| d.results).ok_or("it is not allocated (no status.allocation.devices.results)")?;
         let mine: Vec<_> = results.into_iter().filter(|r| r.driver == self.name).collect();
         if let Some(r) = mine.iter().find(|r| r.pool != self.node) {
             return Err(format!(
@@ -124,6 +139,7 @@ impl Driver {
                 .map_err(|e| format!("reading the node inventory: {e}"))?;
         }
         let mut allocated = Vec::new();
+        let mut kept = Vec::new();
         for r in &mine {
             let vf = find_vf(&inv, &r.device)
                 .ok_or_else(|| format!("device {} of request {} is not a VF on this node", r.device, r.request))?;
@@ -134,6 +150,17 @@ impl Driver {
                     r.device, vf.pci, r.request
                 ));
             }
+            // The claim's config for this device, checked and admitted as the CNI does a NAD's; nothing is written
+            // before every device's passed.
+            let config = claimconfig::parameters(&configs, &self.name, &r.request)
+                .and_then(|p| claimconfig::check(&p, &claim.namespace, &claim.name, vf, &self.paths.policy))
+                .map_err(|e| format!("device {} of request {}: its config: {e}", r.device, r.request))?;
+            kept.push(claimconfig::Kept {
+                request: r.request.clone(),
+                device: r.device.clone(),
+                pci_address: vf.pci.to_string(),
+                config,
+            });
             allocated.push(cdi::Allocated { device: r.device.clone(), vf });
         }
         if allocated.is_empty() {
@@ -141,7 +168,12 @@ impl Driver {
             return Ok(Vec::new());
         }
         let spec = cdi::spec(&self.name, &claim.uid, &allocated, &self.paths.dev_root)?;
-        cdi::write(&self.paths.cdi_dir, &self.name, &claim.uid, &spec)?;
+        let claims_dir = self.paths.claims_dir();
+        claimconfig::keep(&claims_dir, &format!("{}/{}", claim.namespace, claim.name), &claim.uid, &kept)?;
+        if let Err(e) = cdi::write(&self.paths.cdi_dir, &self.name, &claim.uid, &spec) {
+            let _ = claimconfig::forget(&claims_dir, &claim.uid);
+            return Err(e);
+        }
         Ok(mine
             .iter()
             .map(|r| Device {
@@ -194,7 +226,9 @@ impl DraPlugin for Driver {
     ) -> Result<Response<NodeUnprepareResourcesResponse>, Status> {
         let mut claims = std::collections::HashMap::new();
         for c in req.into_inner().claims {
-            let error = match cdi::remove(&self.paths.cdi_dir, &self.name, &c.uid) {
+            let removed = cdi::remove(&self.paths.cdi_dir, &self.name, &c.uid)
+                .and_then(|()| claimconfig::forget(&self.paths.claims_dir(), &c.uid));
+            let error = match removed {
                 Ok(()) => {
                     info!("DRA: {} unprepared", claim_name(&c));
                     String::new()

@@ -11,7 +11,7 @@ use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
 use sriov_rdma_device_plugin::podresources;
 use sriov_rdma_device_plugin::server::{self, Timing};
-use sriov_rdma_device_plugin::{dra, events, logging, metrics, reload, slices};
+use sriov_rdma_device_plugin::{dra, events, logging, metrics, nri, reload, slices};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use std::time::Duration;
 const USAGE: &str = concat!(
     "usage: sriov-rdma device-plugin [--config FILE] [--dry-run] [--debug] [--log-level L] [--log-format text|json]\n",
     "         [--kubelet-dir DIR] [--sysfs DIR] [--dev-root DIR] [--devinfo-dir DIR] [--state-dir DIR]\n",
-    "         [--poll-ms N] [--full-poll-ms N] [--node-name NAME] [--cdi-dir DIR]\n",
+    "         [--poll-ms N] [--full-poll-ms N] [--node-name NAME] [--cdi-dir DIR] [--nri | --nri-socket PATH]\n",
     "       sriov-rdma device-plugin --pod-resources [--socket PATH]\n",
     "       sriov-rdma device-plugin --version | --help\n",
     "Offers the node's SR-IOV VFs and their RDMA devices to the kubelet (device plugin API v1beta1).\n",
@@ -39,6 +39,9 @@ const USAGE: &str = concat!(
     "A resource with \"dra\": true in the config is published as the DRA driver sriov-rdma.k8s.io's ResourceSlice\n",
     "instead (off by default; needs --node-name or NODE_NAME, API server access, --cdi-dir or SRIOV_RDMA_CDI_DIR,\n",
     "default /var/run/cdi; sockets under the kubelet dir's parent: plugins_registry/, plugins/). See docs/dra.md.\n",
+    "--nri (or SRIOV_RDMA_NRI=1) registers an NRI plugin with the container runtime at /var/run/nri/nri.sock\n",
+    "(--nri-socket or SRIOV_RDMA_NRI_SOCKET elsewhere): containers of pods the CNI attached get NCCL_IB_HCA,\n",
+    "NCCL_IB_GID_INDEX and NCCL_SOCKET_IFNAME, those they do not set themselves. Off by default; see docs/nri.md.\n",
     "See docs/device-plugin.md.\n",
 );
 
@@ -61,6 +64,8 @@ struct Args {
     policy: Option<PathBuf>,
     policy_dir: PathBuf,
     dra: DraOpts,
+    /// The runtime's NRI socket, when the NRI plugin is on.
+    nri: Option<PathBuf>,
 }
 
 /// What the DRA driver needs besides the paths, used only when a resource says `dra: true`.
@@ -68,6 +73,10 @@ struct Args {
 struct DraOpts {
     node: Option<String>,
     cdi_dir: PathBuf,
+    /// The node policy a claim's config is admitted by: `policy.json` in the directory the daemon installs it
+    /// into (`--policy-dir`), or the node's own `/etc/sriov-rdma` when that directory is not there (the daemon
+    /// outside a pod).
+    policy: PathBuf,
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
@@ -105,8 +114,15 @@ fn parse(args: &[String]) -> Result<Cli, String> {
         dra: DraOpts {
             node: std::env::var("NODE_NAME").ok().filter(|v| !v.is_empty()),
             cdi_dir: env_path("SRIOV_RDMA_CDI_DIR", "/var/run/cdi"),
+            policy: PathBuf::from(sriov_rdma_cni::policy::DEFAULT_PATH),
         },
+        nri: None,
     };
+    if let Some(v) = std::env::var_os("SRIOV_RDMA_NRI_SOCKET").filter(|v| !v.is_empty()) {
+        a.nri = Some(v.into());
+    } else if std::env::var("SRIOV_RDMA_NRI").is_ok_and(|v| v == "1" || v == "true") {
+        a.nri = Some(sriov_rdma_device_plugin::nri::DEFAULT_SOCKET.into());
+    }
     let addr = |v: &str| v.parse().map_err(|e| format!("metrics address {v:?}: {e}"));
     if let Some(v) = std::env::var("SRIOV_RDMA_METRICS_ADDR").ok().filter(|v| !v.is_empty()) {
         a.metrics_addr = Some(addr(&v).map_err(|e| format!("SRIOV_RDMA_METRICS_ADDR: {e}"))?);
@@ -144,6 +160,8 @@ fn parse(args: &[String]) -> Result<Cli, String> {
             "--policy-dir" => a.policy_dir = value()?.into(),
             "--node-name" => a.dra.node = Some(value()?),
             "--cdi-dir" => a.dra.cdi_dir = value()?.into(),
+            "--nri" => a.nri = a.nri.take().or_else(|| Some(sriov_rdma_device_plugin::nri::DEFAULT_SOCKET.into())),
+            "--nri-socket" => a.nri = Some(value()?.into()),
             "--poll-ms" | "--full-poll-ms" => {
                 let v = value()?;
                 let ms: u64 = v
@@ -230,8 +248,13 @@ fn main() {
         }
     };
     let timing = Timing { poll: args.poll, full_poll: args.full_poll, ..Timing::default() };
+    let mut args = args;
+    if args.policy_dir.is_dir() {
+        args.dra.policy = args.policy_dir.join(sriov_rdma_cni::policy::FILE_NAME);
+    }
     let sources = reload::Sources { config: args.config, policy: args.policy.map(|p| (p, args.policy_dir)) };
-    std::process::exit(rt.block_on(run(config, args.paths, timing, sources, args.metrics_addr, args.dra)));
+    let apis = Apis { metrics_addr: args.metrics_addr, dra: args.dra, nri: args.nri };
+    std::process::exit(rt.block_on(run(config, args.paths, timing, sources, apis)));
 }
 
 /// `--pod-resources`: the kubelet's List answer as JSON on stdout; exit 1 with the reason when it cannot be had.
@@ -301,14 +324,15 @@ fn watched_dirs(sources: &reload::Sources, paths: &Paths) -> events::Dirs {
     events::Dirs { watched }
 }
 
-async fn run(
-    config: Config,
-    paths: Paths,
-    timing: Timing,
-    sources: reload::Sources,
+/// The daemon's APIs besides the device plugin, each off unless asked for.
+struct Apis {
     metrics_addr: Option<std::net::SocketAddr>,
-    dra_opts: DraOpts,
-) -> i32 {
+    dra: DraOpts,
+    nri: Option<PathBuf>,
+}
+
+async fn run(config: Config, paths: Paths, timing: Timing, sources: reload::Sources, apis: Apis) -> i32 {
+    let Apis { metrics_addr, dra: dra_opts, nri: nri_socket } = apis;
     if let Some(addr) = metrics_addr {
         match metrics::bind(addr).await {
             Ok(l) => {
@@ -353,6 +377,14 @@ async fn run(
             }
         }
     };
+    if let Some(socket) = nri_socket {
+        let plugin = nri::Plugin {
+            state_dir: paths.state_dir.clone(),
+            source: Arc::new(nri::Kernel { sysfs: paths.sysfs.clone() }),
+        };
+        info!("NRI: plugin {}-{} on {}", nri::PLUGIN_INDEX, nri::PLUGIN_NAME, socket.display());
+        tokio::spawn(nri::run(socket, Arc::new(plugin), Duration::from_secs(5)));
+    }
     for (res, rx) in plugin_res {
         tokio::spawn(server::serve(res.clone(), paths.clone(), rx, shared.clone(), timing));
     }
@@ -399,8 +431,14 @@ async fn start_dra(
         .await
         .map_err(|e| format!("a resource says dra: true but the API server cannot be reached: {e}"))?;
     let root = paths.kubelet_dir.parent().unwrap_or(Path::new("/var/lib/kubelet"));
-    let dra_paths =
-        dra::DraPaths::under(root, dra::DRIVER, opts.cdi_dir.clone(), paths.sysfs.clone(), paths.dev_root.clone());
+    let dra_paths = dra::DraPaths::under(
+        root,
+        dra::DRIVER,
+        opts.cdi_dir.clone(),
+        paths.sysfs.clone(),
+        paths.dev_root.clone(),
+        opts.policy.clone(),
+    );
     let (registered, kick) = tokio::sync::watch::channel(0u64);
     let driver = dra::Driver {
         name: dra::DRIVER.into(),

@@ -176,7 +176,14 @@ async fn start_driver(
 ) -> (Watcher, DraPaths, tokio::sync::watch::Receiver<u64>, tokio::task::JoinHandle<()>) {
     let (w, lists) = watcher(node).await;
     let root = node.dir.join("kubelet-root");
-    let p = DraPaths::under(&root, dra::DRIVER, node.dir.join("cdi"), node.dir.join("sys"), node.dir.join("dev"));
+    let p = DraPaths::under(
+        &root,
+        dra::DRIVER,
+        node.dir.join("cdi"),
+        node.dir.join("sys"),
+        node.dir.join("dev"),
+        node.dir.join("policy.json"),
+    );
     let (registered, kicked) = tokio::sync::watch::channel(0u64);
     let driver = Driver {
         name: dra::DRIVER.into(),
@@ -343,6 +350,116 @@ async fn the_kubelet_registers_the_driver_then_prepares_and_unprepares_a_claim_t
     wait_for(&reg_sock).await;
     let mut reg = RegistrationClient::new(unix_channel(reg_sock).await.unwrap());
     assert_eq!(reg.get_info(InfoRequest {}).await.unwrap().into_inner().name, "sriov-rdma.k8s.io");
+    served.abort();
+}
+
+/// A claim allocated one VF (`request` vf) with the allocation's config entries `(source, requests, driver,
+/// parameters)`.
+fn claim_with_config(ns: &str, name: &str, uid: &str, device: &str, configs: &[(&str, &[&str], &str, Value)]) -> Value {
+    let mut c = claim(ns, name, uid, &[("vf", dra::DRIVER, NODE, device)]);
+    let configs: Vec<Value> = configs
+        .iter()
+        .map(|(source, requests, driver, parameters)| {
+            json!({"source": source, "requests": requests, "opaque": {"driver": driver, "parameters": parameters}})
+        })
+        .collect();
+    c["status"]["allocation"]["devices"]["config"] = json!(configs);
+    c
+}
+
+#[tokio::test]
+async fn a_claims_config_is_checked_as_a_nads_and_admitted_by_the_node_policy_or_the_claim_is_refused() {
+    let node = Node::new("dra-config");
+    // The node policy: ns1 may use VLANs 100-199 and gets trust off; ns2 is not listed.
+    std::fs::write(node.dir.join("policy.json"), r#"{"namespaces": {"ns1": {"vlans": ["100-199"], "trust": "off"}}}"#)
+        .unwrap();
+    let api = Arc::new(Mutex::new(ApiState::default()));
+    let (d, vf0) = (dra::DRIVER, "pci-0000-3b-00-2");
+    {
+        let mut s = api.lock().unwrap();
+        let mut add = |ns: &str, name: &str, uid: &str, configs: &[(&str, &[&str], &str, Value)]| {
+            s.claims.insert(format!("{ns}/{name}"), claim_with_config(ns, name, uid, vf0, configs));
+        };
+        // The class's config, then the claim's (which wins on vlan); another driver's and another request's are
+        // not this device's.
+        add(
+            "ns1",
+            "good",
+            "uid-good",
+            &[
+                ("FromClaim", &["vf"], d, json!({"vlan": 150, "mtu": 9000})),
+                ("FromClass", &[], d, json!({"vlan": 120, "spoofchk": "on"})),
+                ("FromClaim", &[], "gpu.example.com", json!({"vlan": 5000})),
+                ("FromClaim", &["other"], d, json!({"vlan": 5000})),
+            ],
+        );
+        add("ns1", "badvlan", "uid-badvlan", &[("FromClaim", &["vf"], d, json!({"vlan": 5000}))]);
+        add("ns1", "badmtu", "uid-badmtu", &[("FromClaim", &[], d, json!({"mtu": 10}))]);
+        add("ns1", "policyvlan", "uid-policyvlan", &[("FromClaim", &[], d, json!({"vlan": 300}))]);
+        add("ns1", "untagged", "uid-untagged", &[]);
+        add("ns1", "typo", "uid-typo", &[("FromClaim", &[], d, json!({"valn": 150}))]);
+        add("ns1", "device", "uid-device", &[("FromClaim", &[], d, json!({"vlan": 150, "deviceID": "0000:3b:00.3"}))]);
+        add("ns1", "notobject", "uid-notobject", &[("FromClaim", &[], d, json!([150]))]);
+        add("ns2", "tenant", "uid-tenant", &[("FromClaim", &[], d, json!({"vlan": 150}))]);
+    }
+    let (_w, p, _kicked, served) = start_driver(&node, api).await;
+    let endpoint = p.plugin_socket();
+    wait_for(&endpoint).await;
+    let mut plugin = DraPluginClient::new(unix_channel(endpoint).await.expect("dialing the endpoint"));
+    let claims_dir = p.plugin_dir.join("claims");
+
+    let r = plugin
+        .node_prepare_resources(NodePrepareResourcesRequest { claims: vec![dra_claim("ns1", "good", "uid-good")] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.claims["uid-good"].error, "");
+    assert!(p.cdi_dir.join("sriov-rdma.k8s.io-uid-good.json").exists(), "the CDI spec is written");
+    let kept: Value =
+        serde_json::from_slice(&std::fs::read(claims_dir.join("uid-good.json")).expect("the config is kept")).unwrap();
+    assert_eq!(
+        kept,
+        json!({"claim": "ns1/good", "uid": "uid-good", "devices": [{
+            "request": "vf", "device": vf0, "pciAddress": VF0,
+            "config": {"cniVersion": "1.0.0", "name": "dra-ns1-good", "type": "sriov-rdma", "deviceID": VF0,
+                       "vlan": 150, "mtu": 9000, "spoofchk": "on", "trust": "off"}
+        }]})
+    );
+
+    // Refusals: the key or the policy's rule named, nothing written.
+    let bad = [
+        ("ns1", "badvlan", "uid-badvlan", "invalid vlan 5000"),
+        ("ns1", "badmtu", "uid-badmtu", "invalid mtu 10"),
+        ("ns1", "policyvlan", "uid-policyvlan", "VLAN 300: rule namespaces.ns1.vlans [100-199]"),
+        ("ns1", "untagged", "uid-untagged", "untagged (no vlan set): rule namespaces.ns1.vlans"),
+        ("ns1", "typo", "uid-typo", "key valn is not a key of the network configuration"),
+        ("ns1", "device", "uid-device", "key deviceID is not for a claim's config"),
+        ("ns1", "notobject", "uid-notobject", "its parameters must be a JSON object"),
+        ("ns2", "tenant", "uid-tenant", "namespace ns2 is not listed under namespaces in the node policy"),
+    ];
+    let claims = bad.iter().map(|(ns, name, uid, _)| dra_claim(ns, name, uid)).collect();
+    let r = plugin.node_prepare_resources(NodePrepareResourcesRequest { claims }).await.unwrap().into_inner();
+    for (ns, name, uid, want) in bad {
+        let e = &r.claims[uid].error;
+        assert!(
+            e.starts_with(&format!("claim {ns}/{name} ({uid}): preparing: device {vf0} of request vf: its config: ")),
+            "{e}"
+        );
+        assert!(e.contains(want), "{uid}: {e:?} does not say {want:?}");
+        assert!(r.claims[uid].devices.is_empty());
+        assert!(!p.cdi_dir.join(format!("sriov-rdma.k8s.io-{uid}.json")).exists(), "{uid}: no CDI spec");
+        assert!(!claims_dir.join(format!("{uid}.json")).exists(), "{uid}: no config kept");
+    }
+
+    // Unprepare forgets the config with the spec.
+    let r = plugin
+        .node_unprepare_resources(NodeUnprepareResourcesRequest { claims: vec![dra_claim("ns1", "good", "uid-good")] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.claims["uid-good"].error, "");
+    assert!(!claims_dir.join("uid-good.json").exists());
+    assert!(!p.cdi_dir.join("sriov-rdma.k8s.io-uid-good.json").exists());
     served.abort();
 }
 

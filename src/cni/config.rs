@@ -131,6 +131,12 @@ const TOP_KEYS: &[&str] = &[
     "infinibandGUID",
 ];
 
+/// Whether `key` is one this plugin reads at the top of a configuration (by Go's case folding, as [`NetConf::parse`]
+/// takes it). A configuration given as parameters elsewhere (a DRA claim's) can then refuse a key it would ignore.
+pub fn is_top_key(key: &str) -> bool {
+    TOP_KEYS.iter().any(|k| k.eq_ignore_ascii_case(key))
+}
+
 /// The `runtimeConfig` keys read here.
 const RUNTIME_KEYS: &[&str] = &["deviceID", "mac", "CNIDeviceInfoFile", "infinibandGUID", "ips"];
 

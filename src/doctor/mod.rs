@@ -141,6 +141,19 @@ pub fn nccl_settings(devices: &[DeviceReport]) -> Vec<NcclSettings> {
     out
 }
 
+/// The NCCL settings of the namespace at `netns` as `doctor --netns` reports them: the node daemon's NRI plugin
+/// hands a container these, so the two cannot disagree.
+pub fn nccl_in_netns(sysfs: &Sysfs, netns: &str) -> Result<Vec<NcclSettings>, String> {
+    let ns = Netns::open(netns).map_err(|e| format!("opening the namespace {netns}: {e}"))?;
+    let mut warnings = Vec::new();
+    let rdma = rdma_report(sysfs, Some(&ns), &mut warnings);
+    if !rdma.available {
+        let why: Vec<String> = warnings.into_iter().map(|w| w.message).collect();
+        return Err(format!("reading the RDMA devices of {netns}: {}", why.join("; ")));
+    }
+    Ok(nccl_settings(&rdma.devices))
+}
+
 #[derive(Debug, Serialize)]
 pub struct PfReport {
     pub name: String,

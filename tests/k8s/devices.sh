@@ -5,25 +5,6 @@
 #     netdev's move into a pod, so these VFs' netdevs stay where they are). Each container must see exactly its
 #     VF's uverbs device (and rdma_cm), open it (ibv_devinfo -d), and not see or open the other's.
 #   rdma-vfio: the VF of sriov-rdma/vfio (bound to vfio-pci): its container opens /dev/vfio/<group>.
-devpod() { # devpod NAME RESOURCE
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata: { name: $1, namespace: default }
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: worker
-      image: localhost/sriov-rdma-pod:1
-      imagePullPolicy: Never
-      command: ["sleep", "1000000"]
-      securityContext: { privileged: false, allowPrivilegeEscalation: false }
-      resources:
-        requests: { "$2": "1" }
-        limits: { "$2": "1" }
-EOF
-}
 # node_verbs PCI: "<rdma device> <uverbsN>" of the Soft-RoCE device on the VF's netdev, as the node shows it
 node_verbs() {
   onnode "n=\$(ls /sys/bus/pci/devices/$1/net); for u in /sys/class/infiniband_verbs/uverbs*; do

@@ -1,20 +1,68 @@
-# The DRA driver sriov-rdma.k8s.io on the real node (sourced by e2e.sh; opt-in: not part of a full run, only
-# K8S_ONLY=dra.sh runs it, after the set-up). The node is as the set-up left it: the kustomize overlay's DaemonSet
-# offers sriov-rdma/rxe (PF1's VFs 5 and 6 with Soft-RoCE devices rxe_vf5, rxe_vf6 on their netdevs), vfio, pf1
-# and pf2. This file switches the driver on as docs/dra.md says (deploy/examples/dra: the DeviceClass and RBAC,
-# the DaemonSet patch, a config whose first resource, marked "dra": true, takes PF1's VF 6), then checks through
-# kubectl and the node shell: the kubelet registered the driver; the ResourceSlice lists the VF with its
-# attributes; a pod with a ResourceClaimTemplate of the DeviceClass runs and its container has the VF's verbs
-# device from the CDI spec (and opens it); deleting the pod removes the spec; the overlay's config applied again
-# turns the driver off and gives the VF back to sriov-rdma/rxe.
+# The DRA driver sriov-rdma.k8s.io on the real node (sourced by e2e.sh: in a full run after scenarios.sh, whose
+# files leave the overlay applied and tenants.sh's node policy on the node; K8S_ONLY=dra.sh runs it after the
+# set-up alone). The node is as the set-up left it: the kustomize overlay's DaemonSet offers sriov-rdma/rxe (PF1's
+# VFs 5 and 6 with Soft-RoCE devices rxe_vf5, rxe_vf6 on their netdevs), vfio, pf1 and pf2. This file switches the
+# driver on as docs/dra.md says (deploy/examples/dra: the DeviceClass and RBAC, the DaemonSet patch, a config whose
+# first resource, marked "dra": true, takes PF1's VF 6), then checks through kubectl and the node shell: the
+# kubelet registered the driver; the ResourceSlice lists the VF with its attributes; a pod with a
+# ResourceClaimTemplate of the DeviceClass whose config asks VLAN 120 and MTU 9000 runs, its container has the
+# VF's verbs device from the CDI spec (and opens it), and the driver kept the checked config with the node
+# policy's settings; beside it, a pod of the device plugin's sriov-rdma/rxe runs with the other VF, neither API
+# offering the other's; deleting the pod removes the spec and the config; a claim whose config says vlan 5000,
+# and one whose trust the node policy forbids, are refused with the key in the pod's events, the PF's VF table
+# and the CDI directory unchanged; the overlay's config applied again turns the driver off and gives the VF back
+# to sriov-rdma/rxe. The pods run in the namespace dra-e2e, which the node policy this file adds for its run
+# limits (VLAN untagged or 100-199, trust off); the node's policy file is put back as it was at the end.
 # This node has no kube-proxy: the daemon's in-cluster address of the API server (the service IP) is replaced by
 # the API server's own (10.0.2.2:$AP, in its certificate), the ServiceAccount token and RBAC are the example's.
 
 DRA_DRIVER=sriov-rdma.k8s.io
-dinpod() { k exec "$1" -- sh -c "$2"; }
 # py EXPR-SCRIPT: python3 over the JSON on stdin (no jq on every host).
 py() { python3 -c "import json, sys; d = json.load(sys.stdin); $1"; }
 dra_dev=$(echo "pci-$RXE2" | tr ':.' '--')
+DRA_NS=dra-e2e
+kd() { k -n "$DRA_NS" "$@"; }
+dinpod() { kd exec "$1" -- sh -c "$2"; }
+DRA_CLAIMS=/var/lib/kubelet/plugins/$DRA_DRIVER/claims
+# The node policy for this file's namespace, added to the node's (tenants.sh's in a full run; none after the
+# set-up alone: then every other namespace stays unlimited, "*": {}); the node's file is kept aside and put back.
+k create namespace "$DRA_NS" >/dev/null 2>&1
+pol0=$(onnode 'cat /etc/sriov-rdma/policy.json 2>/dev/null' 2>/dev/null)
+[ -n "$pol0" ] || pol0='{}'
+dra_pol=$(echo "$pol0" | py "
+n = d.setdefault('namespaces', {'*': {}})
+n['$DRA_NS'] = {'vlans': [0, '100-199'], 'trust': 'off'}
+print(json.dumps(d))")
+onnode "mkdir -p /etc/sriov-rdma; if [ -e /etc/sriov-rdma/policy.json ]; then cp -p /etc/sriov-rdma/policy.json /etc/sriov-rdma/.policy.json.dra-e2e; fi
+        printf '%s' '$dra_pol' > /etc/sriov-rdma/.policy.json.new && mv /etc/sriov-rdma/.policy.json.new /etc/sriov-rdma/policy.json" >/dev/null 2>&1
+# template NAME PARAMETERS: a ResourceClaimTemplate of one VF of the DeviceClass, with this driver's config.
+template() {
+  cat <<EOF
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: { name: $1, namespace: $DRA_NS }
+spec:
+  spec:
+    devices:
+      requests:
+        - name: vf
+          exactly: { deviceClassName: sriov-rdma }
+      config:
+        - requests: [vf]
+          opaque:
+            driver: $DRA_DRIVER
+            parameters: $2
+EOF
+}
+# claims_gone: until the namespace's claims and every spec and kept config of the driver are gone (60 s); sets left.
+claims_gone() {
+  for _ in $(seq 1 60); do
+    left="$(kd get resourceclaims -o name 2>/dev/null | tr '\n' ' ')$(onnode "ls /var/run/cdi/ $DRA_CLAIMS/ 2>/dev/null | grep -e '^$DRA_DRIVER-' -e '[.]json\$'" 2>/dev/null | tr '\n' ' ')"
+    [ -z "$left" ] && return 0
+    sleep 1
+  done
+  return 1
+}
 
 # --- switching the driver on ---
 dra_cfg=$(python3 -c "import json, sys; print(json.dumps({'data': {'config.json': json.dumps({'resources': [
@@ -69,40 +117,12 @@ if [ -z "$why" ]; then pass "dra-resourceslice($(echo "$attrs" | tr '\n' ' '))"
 else fail dra-resourceslice "$why slice: $(echo "$slice" | head -c 600)"; fi
 
 # --- dra-pod-cdi: a pod claims a VF through the DeviceClass; its container gets the VF's verbs device ---
-k apply -f - >/dev/null <<EOF
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: { name: one-vf, namespace: default }
-spec:
-  spec:
-    devices:
-      requests:
-        - name: vf
-          exactly: { deviceClassName: sriov-rdma }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: dra-pod, namespace: default }
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  resourceClaims:
-    - name: vf
-      resourceClaimTemplateName: one-vf
-  containers:
-    - name: worker
-      image: localhost/sriov-rdma-pod:1
-      imagePullPolicy: Never
-      command: ["sleep", "1000000"]
-      securityContext: { privileged: false, allowPrivilegeEscalation: false }
-      resources:
-        claims: [{ name: vf }]
-EOF
+{ template one-vf '{"vlan": 120, "mtu": 9000}'; echo ---; PODNS=$DRA_NS devpod dra-pod - one-vf; } | k apply -f - >/dev/null
 why=""
-if k wait --for=condition=Ready pod/dra-pod --timeout=180s >/dev/null 2>&1; then
-  claim=$(k get pod dra-pod -o 'jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}' 2>/dev/null)
-  uid=$(k get resourceclaim "$claim" -o 'jsonpath={.metadata.uid}' 2>/dev/null)
-  got=$(k get resourceclaim "$claim" -o 'jsonpath={.status.allocation.devices.results[0].driver}/{.status.allocation.devices.results[0].pool}/{.status.allocation.devices.results[0].device}' 2>/dev/null)
+if kd wait --for=condition=Ready pod/dra-pod --timeout=180s >/dev/null 2>&1; then
+  claim=$(kd get pod dra-pod -o 'jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}' 2>/dev/null)
+  uid=$(kd get resourceclaim "$claim" -o 'jsonpath={.metadata.uid}' 2>/dev/null)
+  got=$(kd get resourceclaim "$claim" -o 'jsonpath={.status.allocation.devices.results[0].driver}/{.status.allocation.devices.results[0].pool}/{.status.allocation.devices.results[0].device}' 2>/dev/null)
   [ "$got" = "$DRA_DRIVER/localhost/$dra_dev" ] || why="$why claim '$claim' allocated '$got';"
   spec=$(onnode "cat /var/run/cdi/$DRA_DRIVER-$uid.json" 2>&1)
   uv=$(onnode "for u in /sys/class/infiniband_verbs/uverbs*; do [ \"\$(cat \$u/ibdev)\" = rxe_vf6 ] && basename \$u; done" 2>/dev/null)
@@ -120,26 +140,75 @@ if k wait --for=condition=Ready pod/dra-pod --timeout=180s >/dev/null 2>&1; then
   if [ -z "$why" ]; then pass "dra-pod-cdi(claim $claim: $got; CDI $DRA_DRIVER/vf=$uid-$dra_dev; pod /dev/infiniband: $list; ibv_devinfo -d rxe_vf6 PORT_ACTIVE)"
   else fail dra-pod-cdi "$why"; fi
 else
-  fail dra-pod-cdi "not Ready: $(k get pod dra-pod -o wide 2>&1 | tail -1) $(k describe pod dra-pod 2>&1 | grep -A8 Events | tail -5 | tr '\n' ' ') $(dlog | grep DRA | tail -3 | tr '\n' ' ')"
+  fail dra-pod-cdi "not Ready: $(kd get pod dra-pod -o wide 2>&1 | tail -1) $(kd describe pod dra-pod 2>&1 | grep -A8 Events | tail -5 | tr '\n' ' ') $(dlog | grep DRA | tail -3 | tr '\n' ' ')"
 fi
 
-# --- dra-unprepare: deleting the pod deletes its claim and the driver removes the claim's CDI spec ---
-k delete pod dra-pod --wait=false >/dev/null 2>&1
-k wait --for=delete pod/dra-pod --timeout=120s >/dev/null 2>&1
-left=""; claims=""
-for _ in $(seq 1 60); do
-  left=$(onnode "ls /var/run/cdi/ 2>/dev/null | grep '^$DRA_DRIVER-'" 2>/dev/null)
-  claims=$(k get resourceclaims -o name 2>/dev/null | tr '\n' ' ')
-  [ -z "$left" ] && [ -z "$claims" ] && break
-  sleep 1
+# --- dra-claim-config: the claim's config, checked, kept with the prepared claim with the policy's settings ---
+kept=$(onnode "cat $DRA_CLAIMS/${uid:-none}.json" 2>&1)
+cfg=$(echo "$kept" | py "
+c = d['devices'][0]['config']
+print(' '.join('%s=%s' % (k, c.get(k)) for k in ('deviceID', 'vlan', 'mtu', 'trust')))" 2>&1)
+if [ "$cfg" = "deviceID=$RXE2 vlan=120 mtu=9000 trust=off" ]; then
+  pass "dra-claim-config($DRA_CLAIMS/$uid.json: $cfg; trust off from the node policy for $DRA_NS)"
+else fail dra-claim-config "kept config: '$cfg'; file: $(echo "$kept" | tr -d ' \n' | head -c 400)"; fi
+
+# --- dra-beside-device-plugin: a pod of the device plugin's sriov-rdma/rxe runs beside the DRA pod with the other
+# VF; the node's allocatable offers one rxe VF (not the DRA one), the slice only the DRA one ---
+PODNS=$DRA_NS devpod dp-pod sriov-rdma/rxe | k apply -f - >/dev/null
+why=""
+kd wait --for=condition=Ready pod/dp-pod --timeout=120s >/dev/null 2>&1 || why="$why dp-pod not Ready: $(kd get pod dp-pod 2>&1 | tail -1);"
+phases=$(kd get pod dra-pod dp-pod -o 'jsonpath={.items[*].status.phase}' 2>/dev/null)
+[ "$phases" = "Running Running" ] || why="$why phases '$phases';"
+dp_list=$(dinpod dp-pod 'ls /dev/infiniband' 2>&1 | sort | tr '\n' ' ')
+case " $dp_list " in *" ${uv5:-?} "*) ;; *) why="$why dp-pod's /dev/infiniband '$dp_list' has not rxe_vf5's ${uv5:-?};" ;; esac
+case " $dp_list " in *" ${uv:-?} "*) why="$why dp-pod has rxe_vf6's ${uv:-?};" ;; esac
+alloc="rxe=$(cap allocatable sriov-rdma/rxe) dra=$(cap allocatable sriov-rdma/dra)"
+[ "$alloc" = "rxe=1 dra=" ] || why="$why node allocatable '$alloc', want 'rxe=1 dra=';"
+sdevs=$(k get resourceslices -o json 2>/dev/null | py "
+print(' '.join(x['name'] for s in d['items'] if s['spec']['driver'] == '$DRA_DRIVER' for x in s['spec'].get('devices', [])))")
+[ "$sdevs" = "$dra_dev" ] || why="$why slice devices '$sdevs', want only $dra_dev;"
+if [ -z "$why" ]; then pass "dra-beside-device-plugin(dra-pod $dra_dev and dp-pod Running; dp-pod /dev/infiniband: $dp_list; node allocatable $alloc; slice: $sdevs)"
+else fail dra-beside-device-plugin "$why"; fi
+kd delete pod dp-pod --wait=false >/dev/null 2>&1
+
+# --- dra-unprepare: deleting the pod deletes its claim and the driver removes the claim's CDI spec and config ---
+kd delete pod dra-pod --wait=false >/dev/null 2>&1
+kd wait --for=delete pod/dra-pod --timeout=120s >/dev/null 2>&1
+if claims_gone && dlog | grep -q "DRA: claim $DRA_NS/.* unprepared"; then
+  pass "dra-unprepare(pod deleted: its claim gone, no $DRA_DRIVER spec in /var/run/cdi, no config in $DRA_CLAIMS)"
+else fail dra-unprepare "left: '$left'; $(dlog | grep DRA | tail -3 | tr '\n' ' ')"; fi
+
+# --- dra-bad-config-vlan, dra-bad-config-policy: a claim config the CNI's parser refuses (vlan 5000), one the
+# node policy refuses for the namespace (trust on): the pod's events name the key; the PF's VF table, the CDI
+# directory and the kept configs unchanged ---
+dra_node() { onnode "/usr/sbin/ip link show $PF1 | grep ' vf '; ls /var/run/cdi/ $DRA_CLAIMS/" 2>&1; }
+for bad in 'vlan|{"vlan": 5000}|invalid vlan 5000' "policy|{\"vlan\": 150, \"trust\": \"on\"}|rule namespaces.$DRA_NS.trust"; do
+  name=${bad%%|*}; rest=${bad#*|}; params=${rest%%|*}; want=${rest#*|}
+  before=$(dra_node)
+  { template "bad-$name" "$params"; echo ---; PODNS=$DRA_NS devpod "bad-$name" - "bad-$name"; } | k apply -f - >/dev/null
+  ev=""
+  for _ in $(seq 1 90); do
+    ev=$(kd get events --field-selector "involvedObject.name=bad-$name" -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' 2>/dev/null | grep -F "$want" | head -1)
+    [ -n "$ev" ] && break
+    sleep 1
+  done
+  after=$(dra_node)
+  phase=$(kd get pod "bad-$name" -o 'jsonpath={.status.phase}' 2>/dev/null)
+  if [ -n "$ev" ] && [ "$before" = "$after" ] && [ "$phase" = Pending ]; then
+    pass "dra-bad-config-$name(pod $phase, event ${ev%%:*}: '… $(echo "$ev" | grep -o "its config: .*" | head -c 200)'; VF table, CDI dir, kept configs unchanged)"
+  else fail "dra-bad-config-$name" "phase '$phase'; event with '$want': '${ev:-none}'; node before/after differ: $([ "$before" = "$after" ] && echo no || echo "yes: $(echo "$after" | tr '\n' ' ')"); events: $(kd get events --field-selector "involvedObject.name=bad-$name" -o 'jsonpath={.items[*].message}' 2>&1 | tail -c 300)"; fi
+  kd delete pod "bad-$name" --wait=false >/dev/null 2>&1
+  kd wait --for=delete "pod/bad-$name" --timeout=60s >/dev/null 2>&1
+  claims_gone >/dev/null
 done
-if [ -z "$left" ] && [ -z "$claims" ] && dlog | grep -q "DRA: claim default/.* unprepared"; then
-  pass "dra-unprepare(pod deleted: its claim gone, /var/run/cdi has no $DRA_DRIVER spec)"
-else fail dra-unprepare "specs left: '$left', claims: '$claims'; $(dlog | grep DRA | tail -3 | tr '\n' ' ')"; fi
-k delete resourceclaimtemplate one-vf --ignore-not-found >/dev/null 2>&1
+kd delete resourceclaimtemplate one-vf bad-vlan bad-policy --ignore-not-found >/dev/null 2>&1
 
 # --- dra-off-again: the overlay's config turns the driver off; the VF is sriov-rdma/rxe's again ---
 if k apply -k "$work/overlay" >/dev/null && k -n kube-system rollout restart ds/sriov-rdma >/dev/null \
    && k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null && wait_overlay_alloc 60; then
   pass "dra-off-again(node allocatable: $got; no dra resource, no driver)"
 else fail dra-off-again "node allocatable: ${got:-?}, want $OVERLAY_ALLOC; $(dlog | tail -3 | tr '\n' ' ')"; fi
+# The node's policy file as it was (none after the set-up alone), the namespace gone.
+onnode "if [ -e /etc/sriov-rdma/.policy.json.dra-e2e ]; then mv /etc/sriov-rdma/.policy.json.dra-e2e /etc/sriov-rdma/policy.json
+        else rm -f /etc/sriov-rdma/policy.json; fi" >/dev/null 2>&1
+k delete namespace "$DRA_NS" --wait=false >/dev/null 2>&1

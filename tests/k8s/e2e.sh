@@ -28,7 +28,7 @@ initrd=${2:?}
 cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
-FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh"
+FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh dra.sh"
 NODE_B=${K8S_NODE_B:-}
 case "$NODE_B" in "" | crio | none) ;; *) die "K8S_NODE_B=$NODE_B: the second node's runtime can be crio only (or none)" ;; esac
 # Node B: its name, its PF's name and VF count differ from node A's (real clusters are not uniform); the taint keeps
@@ -36,9 +36,10 @@ case "$NODE_B" in "" | crio | none) ;; *) die "K8S_NODE_B=$NODE_B: the second no
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
 # Node B's files, last: crio.sh (its shell, its DaemonSet pod) before cluster.sh (across the nodes).
 NODE_B_FILES="crio.sh cluster.sh"
-# Scenario files a full run leaves out, run only when K8S_ONLY names them: the DRA driver (off by default);
-# whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node refuses.
-OPT_FILES="dra.sh whereabouts.sh"
+# Scenario files a full run leaves out, run only when K8S_ONLY names them: the NRI plugin (off by default);
+# whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node
+# refuses (cluster.sh shows whereabouts across both nodes in a namespace the policy admits).
+OPT_FILES="nri.sh whereabouts.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -291,7 +292,9 @@ expected_of() {
     rdma.sh) set -- rdma-rping rdma-write-bw ;;
     devices.sh) set -- device-plugin-rdma-chardevs device-plugin-vfio ;;
     tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
-    dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-unprepare dra-off-again ;;
+    dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-claim-config dra-beside-device-plugin \
+      dra-unprepare dra-bad-config-vlan dra-bad-config-policy dra-off-again ;;
+    nri.sh) set -- nri-plugin-registered nri-nccl-env nri-own-variable-kept nri-no-record-no-env nri-off-again ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
@@ -476,6 +479,29 @@ spec:
   config: '{"cniVersion":"1.0.0","name":"$2","type":"sriov-rdma",$4,"logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log"}'
 EOT
 }
+devpod() { # devpod NAME RESOURCE [TEMPLATE]: an unprivileged pod in $PODNS (default), no network, taking one
+           # device of RESOURCE; with TEMPLATE (RESOURCE -) it claims one VF through that ResourceClaimTemplate
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: { name: $1, namespace: ${PODNS:-default} }
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: worker
+      image: localhost/sriov-rdma-pod:1
+      imagePullPolicy: Never
+      command: ["sleep", "1000000"]
+      securityContext: { privileged: false, allowPrivilegeEscalation: false }
+      resources:
+EOF
+  if [ -n "${3:-}" ]; then
+    printf '        claims: [{ name: vf }]\n  resourceClaims:\n    - name: vf\n      resourceClaimTemplateName: %s\n' "$3"
+  else
+    printf '        requests: { "%s": "1" }\n        limits: { "%s": "1" }\n' "$2" "$2"
+  fi
+}
 say "node PFs $PF1 $PF2"
 
 # --- installer: the project's DaemonSet as shipped puts the plugin into the node's /opt/cni/bin ---
@@ -592,6 +618,9 @@ else
   include helm.sh
   include migration.sh
   include scenarios.sh
+  # The DRA driver switched on beside the device plugin and off again; it adds its namespace to the node policy
+  # scenarios.sh left and puts the node's file back, and ends with the overlay applied.
+  include dra.sh
   # Last: node B joins; crio.sh labels it, which brings the DaemonSet there (the files above count one DaemonSet
   # pod), cluster.sh uses both nodes.
   if [ -n "$NODE_B" ]; then boot_node_b; include crio.sh; include cluster.sh; fi

@@ -49,8 +49,9 @@ app.kubernetes.io/managed-by: {{ $.Values.managedBy | default $.Release.Service 
 {{- .Values.policyConfigMap | default (printf "%s-policy" (include "sriov-rdma.fullname" .)) -}}
 {{- end -}}
 
-{{/* "true" when the daemon writes sriov_numvfs (numVfs in its config) or daemon.privileged is set. */}}
+{{/* "true" when the daemon writes sriov_numvfs (numVfs in its config), runs the NRI plugin (it enters pods'
+network namespaces) or daemon.privileged is set. */}}
 {{- define "sriov-rdma.privileged" -}}
 {{- $c := include "sriov-rdma.configJson" . | fromJson -}}
-{{- if or .Values.daemon.privileged (and (hasKey $c "numVfs") $c.numVfs) -}}true{{- end -}}
+{{- if or .Values.daemon.privileged .Values.nri.enabled (and (hasKey $c "numVfs") $c.numVfs) -}}true{{- end -}}
 {{- end -}}
