@@ -98,17 +98,8 @@ BEFOREB=$(snapb)
 say "node B before: $(echo "$BEFOREB" | tr '\n' ';')"
 
 # --- crio-pod-vf: a pod on node B through Multus and a NAD (VLAN 200, a MAC) gets one of its VFs ---
-cat <<EOF | k apply -f - >/dev/null
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: $NADC
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/resourceName: sriov-rdma/pfb
-spec:
-  config: '{"cniVersion":"1.0.0","name":"$NADC","type":"sriov-rdma","capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":$VLANC,"mac":"$MACC","spoofchk":"on","mtu":9000,"logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.8.0.0/24","rangeStart":"10.8.0.10","rangeEnd":"10.8.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
-EOF
+mknad default "$NADC" sriov-rdma/pfb '"capabilities":{"deviceID":true,"CNIDeviceInfoFile":true},"vlan":'"$VLANC"',"mac":"'"$MACC"'","spoofchk":"on","mtu":9000,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.8.0.0/24","rangeStart":"10.8.0.10","rangeEnd":"10.8.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}' \
+  | k apply -f - >/dev/null
 # crio_pod NAME: a pod on node B with one VF of its resource, net1 on the NAD above
 crio_pod() { PODNODE=$NODEB vf_pod "$1" "$NADC" sriov-rdma/pfb; }
 crio_pod "$PODC" | k apply -f - >/dev/null

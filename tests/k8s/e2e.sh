@@ -377,16 +377,16 @@ node_snap() {
 placement() {
   [ -z "${PODNODE:-}" ] || printf '  nodeSelector: { kubernetes.io/hostname: %s }\n  tolerations: [{ key: %s, operator: Exists, effect: NoSchedule }]\n' "$PODNODE" "${NODEB_TAINT%%=*}"
 }
-vf_pod() { # vf_pod NAME NAD RESOURCE: an unprivileged pod in default asking for one VF of RESOURCE, net1 on NAD
-           # (on node PODNODE when set)
+pod_top() { # pod_top NAME NAMESPACE NETWORKS: a Pod's lines down to its worker container's command (on node PODNODE
+            # when set), net1 from the network selection elements NETWORKS
   cat <<EOF
 apiVersion: v1
 kind: Pod
 metadata:
   name: $1
-  namespace: default
+  namespace: $2
   annotations:
-    k8s.v1.cni.cncf.io/networks: '[{"name":"$2","interface":"net1"}]'
+    k8s.v1.cni.cncf.io/networks: '$3'
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 2
@@ -396,32 +396,19 @@ $(placement)
       image: localhost/sriov-rdma-pod:1
       imagePullPolicy: Never
       command: ["sleep", "1000000"]
-      resources:
-        requests: { "$3": "1" }
-        limits: { "$3": "1" }
 EOF
+}
+vf_pod() { # vf_pod NAME NAD RESOURCE: an unprivileged pod in default asking for one VF of RESOURCE, net1 on NAD
+           # (on node PODNODE when set)
+  pod_top "$1" default "[{\"name\":\"$2\",\"interface\":\"net1\"}]"
+  printf '      resources:\n        requests: { "%s": "1" }\n        limits: { "%s": "1" }\n' "$3" "$3"
 }
 pod() { # pod NAME NAD RESOURCE|- [DEVICE-ID]: a worker like deploy/pod-nccl.yaml requesting one VF of RESOURCE
         # (- requests none: the pod then names DEVICE-ID itself, as a tenant could), privileged (it makes its own
         # Soft-RoCE device); in namespace PODNS (default: default), on node PODNODE when set
   local net="{\"name\":\"$2\",\"interface\":\"net1\"${4:+,\"deviceID\":\"$4\"}}"
+  pod_top "$1" "${PODNS:-default}" "[$net]"
   cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $1
-  namespace: ${PODNS:-default}
-  annotations:
-    k8s.v1.cni.cncf.io/networks: '[$net]'
-spec:
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 2
-$(placement)
-  containers:
-    - name: worker
-      image: localhost/sriov-rdma-pod:1
-      imagePullPolicy: Never
-      command: ["sleep", "1000000"]
       env:
         - { name: NCCL_SOCKET_IFNAME, value: net1 }
         - { name: NCCL_IB_ROCE_VERSION_NUM, value: "2" }

@@ -18,17 +18,8 @@ nlog() { k -n kube-system logs ds/sriov-rdma 2>&1; }
 # sleeper NAME [KEY: VALUE...]: a container of the pods' image that sleeps, in one line of YAML
 sleeper() { local n=$1; shift; echo "    - { name: $n, image: localhost/sriov-rdma-pod:1, imagePullPolicy: Never, command: [sleep, \"1000000\"]${*:+, $*} }"; }
 # The NAD: like scenarios.sh's, a VF of sriov-rdma/pf1, no VLAN, host-local addresses of its own.
-cat <<EOF | k apply -f - >/dev/null
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: $NRI_NAD
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/resourceName: sriov-rdma/pf1
-spec:
-  config: '{"cniVersion":"1.0.0","name":"$NRI_NAD","type":"sriov-rdma","capabilities":{"deviceID":true},"spoofchk":"on","rdma":"auto","logLevel":"debug","logFile":"/var/log/sriov-rdma/sriov-rdma.log","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.9.0.10","rangeEnd":"10.9.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}}'
-EOF
+mknad default "$NRI_NAD" sriov-rdma/pf1 '"capabilities":{"deviceID":true},"spoofchk":"on","rdma":"auto","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.9.0.10","rangeEnd":"10.9.0.99"}]],"dataDir":"/var/lib/cni/sriov-rdma-ipam"}' \
+  | k apply -f - >/dev/null
 
 # --- switching the plugin on ---
 if ! { k -n kube-system patch ds sriov-rdma --patch-file "$top/deploy/examples/nri/daemonset-patch.yaml" >/dev/null \
