@@ -251,3 +251,49 @@ fn an_ipam_plugin_dies_with_the_add_that_started_it() {
     assert!(bed.records().is_empty());
     assert_eq!(identity(None, &vf), Some(before));
 }
+
+/// host-local creates a lease file, then writes its owner into it; an ADD killed between the two (its host-local
+/// dies with it) leaves an empty lease that host-local's DEL cannot match: an address lost to the range (a host-local
+/// SIGKILLed at random moments on its own leaves such files). The DEL after the kill removes it, under host-local's
+/// lock; a lease another container holds stays. The stand-in is named host-local: it creates its directory, lock and
+/// an empty lease as host-local does, then would write the owner after a pause the kill cuts short.
+#[test]
+fn an_empty_lease_a_killed_host_local_left_is_removed_by_del() {
+    if !can_run("an_empty_lease_a_killed_host_local_left_is_removed_by_del") {
+        return;
+    }
+    let mut bed = Bed::new("hlk", 1);
+    let ns = bed.netns();
+    let (pci, vf) = bed.vfs[0].clone();
+    let before = identity(None, &vf).unwrap();
+    let data = bed.dir.join("hl");
+    let net = data.join("rdma-net");
+    let lease = net.join("10.77.0.24");
+    let other = net.join("10.77.0.25");
+    let cases = format!(
+        r#"  ADD) mkdir -p {net}; : > {net}/lock; : > {lease}; sleep 5; printf '%s\r\n%s' "$CNI_CONTAINERID" "$CNI_IFNAME" > {lease} ;;
+  DEL) ;;
+  VERSION) echo '{{"cniVersion":"1.0.0","supportedVersions":["1.0.0"]}}' ;;"#,
+        net = net.display(),
+        lease = lease.display()
+    );
+    let bin = stand_in_ipam(&bed.dir, "host-local", &cases);
+    let conf = conf_dev("1.0.0", &pci, &format!(r#","ipam":{{"type":"host-local","dataDir":"{}"}}"#, data.display()));
+    let mut add = spawn_plugin(&bed.sysfs, &bed.state, &env_at(&bed, "ADD", &ns, &bin), &conf);
+    let t = std::time::Instant::now();
+    while !lease.exists() && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(lease.exists(), "the stand-in host-local never made its lease");
+    add.kill().unwrap();
+    add.wait().unwrap();
+    std::fs::write(&other, "another-container\r\nnet1").unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(std::fs::metadata(&lease).map(|m| m.len()).ok(), Some(0), "the killed ADD's lease is not the empty one");
+    let del = bed.run_env(&env_at(&bed, "DEL", &ns, &bin), &conf);
+    assert!(del.ok, "DEL after the kill: {} {}", del.stdout, del.stderr);
+    assert!(!lease.exists(), "the empty lease the killed ADD left is still there");
+    assert!(other.exists(), "another container's lease was removed");
+    assert!(bed.records().is_empty());
+    assert_eq!(identity(None, &vf), Some(before));
+}

@@ -230,6 +230,92 @@ fn finish(child: Child, kind: &str, command: &str) -> CniResult<Vec<u8>> {
     Err(CniError::new(code, format!("IPAM plugin {kind} {command}: {msg}")))
 }
 
+/// host-local's default `dataDir`.
+const HOST_LOCAL_DATA_DIR: &str = "/var/lib/cni/networks";
+/// How long a sweep waits for host-local's lock before it leaves the leases alone.
+const SWEEP_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The directory host-local keeps `conf`'s leases in (`<ipam.dataDir>/<network name>`), when `conf`'s IPAM is
+/// host-local; the key is matched as Go's JSON decoding does (case-insensitively).
+fn host_local_dir(conf: &NetConf) -> Option<PathBuf> {
+    if conf.ipam.as_ref()?.kind != "host-local" {
+        return None;
+    }
+    // A name that is not one path component cannot be host-local's directory under its dataDir.
+    if conf.name.is_empty() || conf.name == "." || conf.name == ".." || conf.name.contains('/') {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&conf.raw).ok()?;
+    let ipam = v.as_object()?.iter().find(|(k, _)| k.eq_ignore_ascii_case("ipam"))?.1.as_object()?;
+    let data_dir = ipam
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("dataDir"))
+        .and_then(|(_, v)| v.as_str())
+        .filter(|d| !d.is_empty())
+        .unwrap_or(HOST_LOCAL_DATA_DIR);
+    Some(Path::new(data_dir).join(&conf.name))
+}
+
+/// host-local reserves an address by creating the lease file (named by the address) and then writing the owner's
+/// container ID and interface into it, under its network's lock (`lock` in the same directory, flock). An ADD
+/// killed between the two (its IPAM plugin dies with it) leaves an empty lease no DEL can match: an address lost to
+/// the range. After IPAM DEL this removes such empty leases of `conf`'s network, holding host-local's lock, so no
+/// live host-local is between its two writes; only zero-length regular files named by an IP address. Returns the
+/// addresses removed; a lock held past [`SWEEP_LOCK_WAIT`] (a stuck host-local) leaves everything as it is.
+pub fn sweep_dead_leases(conf: &NetConf) -> Vec<String> {
+    let Some(dir) = host_local_dir(conf) else { return Vec::new() };
+    match sweep_dir(&dir, SWEEP_LOCK_WAIT) {
+        Ok(gone) => {
+            if !gone.is_empty() {
+                crate::info!("removed host-local's empty leases {gone:?} in {} (their ADD was killed)", dir.display());
+            }
+            gone
+        }
+        Err(e) => {
+            crate::warn!("sweeping host-local's empty leases in {}: {e}", dir.display());
+            Vec::new()
+        }
+    }
+}
+
+fn sweep_dir(dir: &Path, wait: std::time::Duration) -> std::io::Result<Vec<String>> {
+    let lock = match std::fs::File::open(dir.join("lock")) {
+        Ok(f) => f,
+        // No lock: host-local never ran for this network here.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let start = std::time::Instant::now();
+    loop {
+        match lock.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(std::io::Error::other(format!("its lock is held for more than {}s", wait.as_secs())))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+    let mut gone = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.parse::<std::net::IpAddr>().is_err() {
+            continue;
+        }
+        // symlink_metadata: a link is never followed nor counted.
+        let md = std::fs::symlink_metadata(entry.path())?;
+        if md.file_type().is_file() && md.len() == 0 {
+            std::fs::remove_file(entry.path())?;
+            gone.push(name);
+        }
+    }
+    gone.sort();
+    Ok(gone)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,5 +375,50 @@ esac
         assert!(e.msg.contains("no such range r0"), "{e}");
         exec(&conf, &env, "CHECK", &t).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn host_local_conf(data_dir: &Path, name: &str) -> NetConf {
+        let raw = format!(
+            r#"{{"cniVersion":"1.0.0","name":"{name}","type":"sriov-rdma","IPAM":{{"type":"host-local","DataDir":"{}"}}}}"#,
+            data_dir.display()
+        );
+        NetConf::parse(raw.as_bytes(), &HashMap::new()).unwrap()
+    }
+
+    #[test]
+    fn empty_host_local_leases_are_swept_under_its_lock_and_nothing_else() {
+        let base = std::env::temp_dir().join(format!("sriov-rdma-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("net-a");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("lock"), "").unwrap();
+        std::fs::write(dir.join("10.99.1.27"), "").unwrap(); // a killed ADD's
+        std::fs::write(dir.join("fd00::5"), "").unwrap(); // a killed ADD's, IPv6
+        std::fs::write(dir.join("10.99.1.28"), "c2\r\nnet1").unwrap(); // held
+        std::fs::write(dir.join("last_reserved_ip.0"), "").unwrap();
+        std::fs::write(base.join("target"), "").unwrap();
+        std::os::unix::fs::symlink(base.join("target"), dir.join("10.99.1.29")).unwrap();
+        let conf = host_local_conf(&base, "net-a");
+
+        // While another process holds host-local's lock, nothing is touched.
+        let held = std::fs::File::open(dir.join("lock")).unwrap();
+        held.lock().unwrap();
+        let e = sweep_dir(&dir, std::time::Duration::from_millis(50)).unwrap_err();
+        assert!(e.to_string().contains("lock is held"), "{e}");
+        assert!(dir.join("10.99.1.27").exists());
+        held.unlock().unwrap();
+
+        assert_eq!(sweep_dead_leases(&conf), vec!["10.99.1.27".to_string(), "fd00::5".to_string()]);
+        for kept in ["10.99.1.28", "last_reserved_ip.0", "lock", "10.99.1.29"] {
+            assert!(dir.join(kept).symlink_metadata().is_ok(), "{kept} removed");
+        }
+        assert!(base.join("target").exists());
+        // Another network's directory, another IPAM, an unsafe name: nothing.
+        assert!(sweep_dead_leases(&host_local_conf(&base, "net-b")).is_empty());
+        let mut other = conf.clone();
+        other.ipam = Some(crate::cni::config::Ipam { kind: "whereabouts".into() });
+        assert_eq!(host_local_dir(&other), None);
+        assert_eq!(host_local_dir(&host_local_conf(&base, "..")), None);
+        let _ = std::fs::remove_dir_all(&base);
     }
 }

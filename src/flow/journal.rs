@@ -372,6 +372,10 @@ pub fn unwind<'a>(
     if let Some(p) = u.ipam.take() {
         u.ipam_done(p.wait());
     }
+    // An ADD killed while host-local reserved an address can leave an empty lease that IPAM DEL cannot match.
+    if rec.journal.contains(&Step::Ipam) {
+        ipam::sweep_dead_leases(u.s.conf);
+    }
     Undone { failures: u.failures, host_netdev: u.netdev.name }
 }
 
