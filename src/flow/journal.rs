@@ -372,8 +372,9 @@ pub fn unwind<'a>(
     if let Some(p) = u.ipam.take() {
         u.ipam_done(p.wait());
     }
-    // An ADD killed while host-local reserved an address can leave an empty lease that IPAM DEL cannot match.
-    if rec.journal.contains(&Step::Ipam) {
+    // An ADD killed while host-local reserved an address can leave an empty lease that IPAM DEL cannot match; a
+    // complete ADD's host-local wrote its lease whole, so the DEL of one has nothing to sweep.
+    if !rec.complete && rec.journal.contains(&Step::Ipam) {
         ipam::sweep_dead_leases(u.s.conf);
     }
     Undone { failures: u.failures, host_netdev: u.netdev.name }
