@@ -20,14 +20,7 @@ cl_fail_rest() { # cl_fail_rest WHY NAME...: scenarios that cannot run, each a F
   local w=$1 n; shift
   for n in "$@"; do fail "$n" "$w"; done
 }
-xin() { k -n "$1" exec "$2" -- sh -c "$3"; } # xin NS POD CMD
 xaddr() { xin "$1" "$2" "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
-# up_in NS POD: Ready and net1 with carrier (up to 240 s)
-up_in() {
-  k -n "$1" wait --for=condition=Ready "pod/$2" --timeout=240s >/dev/null 2>&1 || return 1
-  for _ in $(seq 1 100); do [ "$(xin "$1" "$2" 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] && return 0; sleep 0.2; done
-  return 1
-}
 # add_ms SHELL NS POD: the plugin's ADD for the pod's sandbox, first to last line of its log on that node
 add_ms() {
   local sb

@@ -234,9 +234,7 @@ crio_restored() {
 # crio_up NAME: applies a pod on node B, waits for Ready with net1 carrier
 crio_up() {
   crio_pod "$1" | k apply -f - >/dev/null
-  k wait --for=condition=Ready "pod/$1" --timeout=240s >/dev/null 2>&1 || return 1
-  for _ in $(seq 1 100); do [ "$(k exec "$1" -- cat /sys/class/net/net1/carrier 2>/dev/null)" = 1 ] && return 0; sleep 0.2; done
-  return 1
+  up_in default "$1"
 }
 crio_end() { # crio_end SCENARIO POD: POD deleted; SCENARIO-then-delete passes when node B is as before
   if crio_gone "$2"; then pass "$1-then-delete(node B as before)"

@@ -422,6 +422,13 @@ $([ "$3" = - ] || printf '      resources:\n        requests: { "%s": "1" }\n   
       hostPath: { path: /dev/infiniband, type: Directory }
 EOF
 }
+xin() { k -n "$1" exec "$2" -- sh -c "$3"; } # xin NS POD CMD
+# up_in NS POD: Ready and net1 with carrier (up to 240 s)
+up_in() {
+  k -n "$1" wait --for=condition=Ready "pod/$2" --timeout=240s >/dev/null 2>&1 || return 1
+  for _ in $(seq 1 100); do [ "$(xin "$1" "$2" 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] && return 0; sleep 0.2; done
+  return 1
+}
 # whereabouts v0.9.2 (cluster-wide IPAM; built from its Go module into the node's /opt/cni/bin):
 # wb_install SHELL applies its CRDs from that module and writes its node configuration
 # (/etc/cni/net.d/whereabouts.d/whereabouts.conf, which its install DaemonSet would write: the node's kubeconfig)
