@@ -143,18 +143,11 @@ if [ -n "$xup" ]; then
   GXB=$(gid_at onb "$XNS" xb "$XB") || why="$why no GID index for xb on node B;"
   if [ -z "$why" ]; then
     say "GID indexes from sriov-rdma doctor --netns on each node: xa $GXA (node A), xb $GXB (node B)"
-    xpair() { # xpair NAME SERVER-CMD CLIENT-CMD: server in xb (node B), client in xa (node A); sets OUT, RC
-      k -n "$XNS" exec xb -- timeout 60 $2 > "$work/$1.server" 2>&1 &
-      local spid=$!
-      sleep 2
-      OUT=$(k -n "$XNS" exec xa -- timeout 45 $3 2>&1); RC=$?
-      for _ in $(seq 1 50); do kill -0 $spid 2>/dev/null || break; sleep 0.2; done
-      kill $spid 2>/dev/null; wait $spid 2>/dev/null
-    }
+    # xpair NAME SERVER-CMD CLIENT-CMD: server in xb (node B), client in xa (node A); sets OUT, RC
+    xpair() { rpair "$1" "$XNS" xb "$XNS" xa "$2" "$3"; }
     xpair x-rping "rping -s -a $XB -C 10 -v" "rping -c -a $XB -C 10 -v"
-    n=$(echo "$OUT" | grep -c 'ping data')
-    if [ "$RC" = 0 ] && [ "$n" = 10 ]; then pass "cluster-rdma-rping(xa on node A → xb on node B: rdma_cm, 10/10 round trips over the VFs and the wire)"
-    else fail cluster-rdma-rping "rc=$RC $n/10: $(echo "$OUT" | tail -3 | tr '\n' ' ') server: $(tail -2 "$work/x-rping.server" | tr '\n' ' ')"; fi
+    if rping_done "$OUT" "$RC" 10 "$work/x-rping.server"; then pass "cluster-rdma-rping(xa on node A → xb on node B: rdma_cm, 10/10 round trips over the VFs and the wire$RPING_NOTE)"
+    else fail cluster-rdma-rping "rc=$RC $(echo "$OUT" | grep -c 'ping data')/10: $(echo "$OUT" | tail -3 | tr '\n' ' ') server: $(tail -2 "$work/x-rping.server" | tr '\n' ' ')"; fi
     xpair x-write-bw "ib_write_bw -d rxeXB -x $GXB -n 1000 -F --report_gbits" "ib_write_bw -d rxeXA -x $GXA -n 1000 -F --report_gbits $XB"
     bw=$(echo "$OUT" | awk '/BW average/ { getline; print $4; exit }')
     if [ "$RC" = 0 ] && [ -n "$bw" ]; then pass "cluster-rdma-write-bw(ib_write_bw -x <doctor's GID index on each node>, node A → node B: $bw Gbit/s under TCG)"

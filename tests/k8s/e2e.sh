@@ -458,6 +458,32 @@ gid_at() {
   echo "doctor for $2/$3 (pid ${pid:-none}): $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
   return 1
 }
+# rpair NAME SERVER-NS SERVER CLIENT-NS CLIENT SERVER-CMD CLIENT-CMD: SERVER-CMD in pod SERVER (its output in
+# $work/NAME.server), then CLIENT-CMD in pod CLIENT; sets OUT and RC of the client
+rpair() {
+  k -n "$2" exec "$3" -- timeout 60 $6 > "$work/$1.server" 2>&1 &
+  local spid=$!
+  sleep 2
+  OUT=$(k -n "$4" exec "$5" -- timeout 45 $7 2>&1); RC=$?
+  for _ in $(seq 1 50); do kill -0 $spid 2>/dev/null || break; sleep 0.2; done
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+}
+# rping_done OUT RC N SERVER-FILE: rping made its N round trips, counted on both sides. Debian bookworm's rping
+# (rdma-core 44) may exit 255 after the last one: its CM thread calls rdma_get_cm_event once more on the channel
+# the main thread has already destroyed ("rdma_get_cm_event: Bad file descriptor"), fixed upstream later
+# (linux-rdma/rdma-core#1622). That exit, and only after all N round trips on both sides, counts as done;
+# RPING_NOTE says so for the PASS line.
+rping_done() {
+  local c s errs
+  c=$(printf '%s\n' "$1" | grep -c 'ping data')
+  s=$(grep -c 'ping data' "$4" 2>/dev/null)
+  RPING_NOTE=""
+  [ "$c" = "$3" ] && [ "$s" = "$3" ] || return 1
+  [ "$2" = 0 ] && return 0
+  errs=$(printf '%s\n' "$1" | grep -v 'ping data' | grep -v '^command terminated with exit code 255$' | grep .)
+  [ "$2" = 255 ] && [ "$errs" = "rdma_get_cm_event: Bad file descriptor" ] || return 1
+  RPING_NOTE="; rping then exited 255 on its destroyed CM channel, rdma-core#1622"
+}
 # mknad NS NAME RESOURCE CONFIG: a NAD of this plugin for RESOURCE; CONFIG is the rest of its config's JSON object
 # (its keys after name and type, the log's settings added)
 mknad() {

@@ -46,17 +46,16 @@ if [ -n "$installed" ] && [ -n "$ready" ]; then
   gid_at onnode team-a a1 "$a1" >/dev/null || why="$why no GID for $a1 on rxe_a1;"
   gid_at onnode team-a a2 "$a2" >/dev/null || why="$why no GID for $a2 on rxe_a2;"
   gid_at onnode team-b b1 "$b1" >/dev/null || why="$why no GID for $b1 on rxe_b1;"
-  rp() { # rp SERVER-NS SERVER CLIENT-NS CLIENT ADDR: rping's client rc and round trips
-    k -n "$1" exec "$2" -- timeout 40 rping -s -a "$5" -C 3 -v > "$work/rping-$2.server" 2>&1 &
-    local s=$!; sleep 2
-    RPOUT=$(k -n "$3" exec "$4" -- timeout 20 rping -c -a "$5" -C 3 -v 2>&1); RPRC=$?
-    kill $s 2>/dev/null; wait $s 2>/dev/null
+  rp() { # rp SERVER-NS SERVER CLIENT-NS CLIENT ADDR: rping's client output and rc (e2e.sh's rpair)
+    rpair "rping-$2" "$1" "$2" "$3" "$4" "rping -s -a $5 -C 3 -v" "rping -c -a $5 -C 3 -v"
+    RPOUT=$OUT; RPRC=$RC
   }
   for _ in 1 2 3; do
     rp team-a a2 team-a a1 "$a2"
-    n=$(echo "$RPOUT" | grep -c 'ping data'); [ "$RPRC" = 0 ] && [ "$n" = 3 ] && break; sleep 2
+    rping_done "$RPOUT" "$RPRC" 3 "$work/rping-a2.server" && break; sleep 2
   done
-  [ "$RPRC" = 0 ] && [ "$n" = 3 ] || why="$why rping a1→a2 rc=$RPRC $n/3: $(echo "$RPOUT" | tail -2 | tr '\n' ' ');"
+  rping_done "$RPOUT" "$RPRC" 3 "$work/rping-a2.server" ||
+    why="$why rping a1→a2 rc=$RPRC $(echo "$RPOUT" | grep -c 'ping data')/3: $(echo "$RPOUT" | tail -2 | tr '\n' ' ');"
   rp team-b b1 team-a a1 "$b1"
   n=$(echo "$RPOUT" | grep -c 'ping data')
   [ "$n" = 0 ] && [ "$RPRC" != 0 ] || why="$why rping a1→b1 across namespaces: rc=$RPRC $n round trips;"
