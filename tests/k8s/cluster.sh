@@ -23,14 +23,13 @@ cl_fail_rest() { # cl_fail_rest WHY NAME...: scenarios that cannot run, each a F
 xaddr() { xin "$1" "$2" "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
 # add_ms SHELL NS POD: the plugin's ADD for the pod's sandbox, first to last line of its log on that node
 add_ms() {
-  local sb
+  local sb log p
   sb=$("$1" "crictl pods -q --name $3 --namespace $2 --state ready" 2>/dev/null | head -1)
   [ -n "$sb" ] || { echo "no sandbox"; return 1; }
-  "$1" 'cat /var/log/sriov-rdma/sriov-rdma.log' 2>/dev/null \
-    | awk -v sb="$sb" '$4 == "ADD" && index($5, sb) == 1 { p = $2 } { t[NR] = $1; q[NR] = $2 }
-        END { if (p == "") { print "no ADD"; exit 1 }
-              for (i = 1; i <= NR; i++) if (q[i] == p) { if (f == "") f = t[i]; l = t[i] }
-              printf "%.0f ms", (l - f) * 1000 }'
+  log=$("$1" 'cat /var/log/sriov-rdma/sriov-rdma.log' 2>/dev/null)
+  p=$(printf '%s\n' "$log" | awk -v sb="$sb" '$4 == "ADD" && index($5, sb) == 1 { p = $2 } END { print p }')
+  [ -n "$p" ] || { echo "no ADD"; return 1; }
+  printf '%s\n' "$log" | proc_ms "$p"
 }
 # xnad NS NAME RESOURCE VLAN: a NAD of the cross-node range (whereabouts), MTU 9000
 xnad() { mknad "$1" "$2" "$3" '"vlan":'"$4"',"spoofchk":"on","mtu":9000,"ipam":{"type":"whereabouts","range":"'"$XRANGE"'"}'; }

@@ -151,7 +151,7 @@ fi
 # The plugin's share of that pod start, from its log on node B.
 onb 'cat /var/log/sriov-rdma/sriov-rdma.log' > "$work/plugin-b.log" 2>/dev/null
 for p in $(awk '$4 == "ADD" { print $2 }' "$work/plugin-b.log" | sort -u); do
-  say "plugin ADD on $NODEB $p: $(awk -v p="$p" '$2 == p { if (!f) f = $1; l = $1 } END { printf "%.0f ms", (l - f) * 1000 }' "$work/plugin-b.log") from its first to its last log line"
+  say "plugin ADD on $NODEB $p: $(proc_ms "$p" < "$work/plugin-b.log") from its first to its last log line"
 done
 
 # --- crio-runtime-restart: CRI-O stopped and started again (its supervisor) while the pod runs: the same sandbox,

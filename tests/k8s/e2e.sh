@@ -458,6 +458,9 @@ gid_at() {
   echo "doctor for $2/$3 (pid ${pid:-none}): $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
   return 1
 }
+# proc_ms PID: the span of one plugin process in the plugin's log on stdin, from its first to its last line
+# (timestamps in seconds, the PID in the second field): "N ms"
+proc_ms() { awk -v p="$1" '$2 == p { if (!f) f = $1; l = $1 } END { printf "%.0f ms", (l - f) * 1000 }'; }
 # rpair NAME SERVER-NS SERVER CLIENT-NS CLIENT SERVER-CMD CLIENT-CMD: SERVER-CMD in pod SERVER (its output in
 # $work/NAME.server), then CLIENT-CMD in pod CLIENT; sets OUT and RC of the client
 rpair() {

@@ -144,7 +144,7 @@ fi
 # process, timestamps in seconds).
 onnode 'cat /var/log/sriov-rdma/sriov-rdma.log' > "$work/plugin.log" 2>/dev/null
 for p in $(awk '$4 == "ADD" { print $2 }' "$work/plugin.log" | sort -u); do
-  say "plugin ADD $p: $(awk -v p="$p" '$2 == p { if (!f) f = $1; l = $1 } END { printf "%.0f ms", (l - f) * 1000 }' "$work/plugin.log") from its first to its last log line: $(grep -F "$p" "$work/plugin.log" | cut -d' ' -f3- | tr '\n' '|' | cut -c1-600)"
+  say "plugin ADD $p: $(proc_ms "$p" < "$work/plugin.log") from its first to its last log line: $(grep -F "$p" "$work/plugin.log" | cut -d' ' -f3- | tr '\n' '|' | cut -c1-600)"
 done
 
 # --- delete: every VF back on the node under its name, PF rows as before, no record left ---
