@@ -1,4 +1,3 @@
-use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 
 const USAGE: &str = concat!(
@@ -44,15 +43,7 @@ fn main() {
         };
         std::process::exit(code);
     }
-    let mut stdin = Vec::new();
-    if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
-        eprintln!("sriov-rdma: reading the configuration from stdin: {e}");
-    }
-    let out = sriov_rdma_cni::flow::run(&stdin, |k| std::env::var(k).ok());
-    let mut so = std::io::stdout().lock();
-    let _ = so.write_all(out.stdout.as_bytes());
-    let _ = so.flush();
-    std::process::exit(if out.ok { 0 } else { 1 });
+    std::process::exit(sriov_rdma_cni::flow::plugin_main());
 }
 
 /// The device plugin is a long-running daemon with an async runtime: it lives in its own binary beside this one

@@ -138,9 +138,10 @@ pub fn path(dir: &Path, claim_uid: &str) -> PathBuf {
     dir.join(format!("{claim_uid}.json"))
 }
 
-/// Keeps the claim's checked configs (atomically, as the CDI spec).
-pub fn keep(dir: &Path, claim: &str, claim_uid: &str, devices: &[Kept]) -> Result<PathBuf, String> {
-    let v = serde_json::json!({"claim": claim, "uid": claim_uid, "devices": devices});
+/// Keeps the claim's checked configs (atomically, as the CDI spec), with the UIDs of the pods the claim is reserved
+/// for (its `status.reservedFor`): the attach at the pod's sandbox finds its claims by them (draattach.rs).
+pub fn keep(dir: &Path, claim: &str, claim_uid: &str, pods: &[String], devices: &[Kept]) -> Result<PathBuf, String> {
+    let v = serde_json::json!({"claim": claim, "uid": claim_uid, "pods": pods, "devices": devices});
     let text = serde_json::to_vec_pretty(&v).map_err(|e| format!("encoding the claim's config: {e}"))?;
     cdi::write_file(dir, &format!("{claim_uid}.json"), &text, "the claim's config")
 }

@@ -117,6 +117,12 @@ impl Driver {
                 claim.uid
             ));
         }
+        let pods: Vec<String> = rc
+            .status
+            .as_ref()
+            .and_then(|s| s.reserved_for.as_ref())
+            .map(|r| r.iter().filter(|c| c.resource == "pods").map(|c| c.uid.clone()).collect())
+            .unwrap_or_default();
         let devices = rc.status.and_then(|s| s.allocation).and_then(|a| a.devices);
         let configs = devices.as_ref().and_then(|d| d.config.clone()).unwrap_or_default();
         let results =
@@ -169,7 +175,7 @@ impl Driver {
         }
         let spec = cdi::spec(&self.name, &claim.uid, &allocated, &self.paths.dev_root)?;
         let claims_dir = self.paths.claims_dir();
-        claimconfig::keep(&claims_dir, &format!("{}/{}", claim.namespace, claim.name), &claim.uid, &kept)?;
+        claimconfig::keep(&claims_dir, &format!("{}/{}", claim.namespace, claim.name), &claim.uid, &pods, &kept)?;
         if let Err(e) = cdi::write(&self.paths.cdi_dir, &self.name, &claim.uid, &spec) {
             let _ = claimconfig::forget(&claims_dir, &claim.uid);
             return Err(e);

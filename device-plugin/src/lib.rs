@@ -41,6 +41,7 @@ pub mod claimconfig;
 pub mod config;
 pub mod devices;
 pub mod dra;
+pub mod draattach;
 pub mod events;
 pub mod h2authority;
 pub mod logging;

@@ -11,7 +11,7 @@ use sriov_rdma_device_plugin::devices::{self, Paths};
 use sriov_rdma_device_plugin::numvfs;
 use sriov_rdma_device_plugin::podresources;
 use sriov_rdma_device_plugin::server::{self, Timing};
-use sriov_rdma_device_plugin::{dra, events, logging, metrics, nri, reload, slices};
+use sriov_rdma_device_plugin::{dra, draattach, events, logging, metrics, nri, reload, slices};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +42,9 @@ const USAGE: &str = concat!(
     "--nri (or SRIOV_RDMA_NRI=1) registers an NRI plugin with the container runtime at /var/run/nri/nri.sock\n",
     "(--nri-socket or SRIOV_RDMA_NRI_SOCKET elsewhere): containers of pods the CNI attached get NCCL_IB_HCA,\n",
     "NCCL_IB_GID_INDEX and NCCL_SOCKET_IFNAME, those they do not set themselves. Off by default; see docs/nri.md.\n",
+    "With both DRA and NRI on, the VFs of a pod's prepared claims are attached at RunPodSandbox (dra0, dra1, ...)\n",
+    "and given back at StopPodSandbox/RemovePodSandbox by running the CNI as `sriov-rdma-device-plugin cni`\n",
+    "(IPAM plugins from CNI_PATH, default /opt/cni/bin). See docs/dra.md.\n",
     "See docs/device-plugin.md.\n",
 );
 
@@ -182,6 +185,10 @@ fn parse(args: &[String]) -> Result<Cli, String> {
 
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("cni") {
+        // The CNI plugin, exactly as `sriov-rdma` runs it: what the DRA attach runs for each device.
+        std::process::exit(sriov_rdma_cni::flow::plugin_main());
+    }
     let args = match parse(&argv) {
         Ok(Cli::Run(a)) => *a,
         Ok(Cli::Help) => {
@@ -378,9 +385,20 @@ async fn run(config: Config, paths: Paths, timing: Timing, sources: reload::Sour
         }
     };
     if let Some(socket) = nri_socket {
+        // With the DRA driver on, the NRI plugin also attaches the claims' VFs at RunPodSandbox (draattach.rs).
+        let dra = dra_paths.as_ref().map(|p| {
+            Arc::new(draattach::Attacher {
+                claims_dir: p.claims_dir(),
+                attach_dir: p.plugin_dir.join("attached"),
+                cni: cni_command(),
+                cni_path: std::env::var("CNI_PATH").ok().filter(|v| !v.is_empty()).unwrap_or(DEFAULT_CNI_PATH.into()),
+                timeout: Duration::from_secs(60),
+            })
+        });
         let plugin = nri::Plugin {
             state_dir: paths.state_dir.clone(),
             source: Arc::new(nri::Kernel { sysfs: paths.sysfs.clone() }),
+            dra,
         };
         info!("NRI: plugin {}-{} on {}", nri::PLUGIN_INDEX, nri::PLUGIN_NAME, socket.display());
         tokio::spawn(nri::run(socket, Arc::new(plugin), Duration::from_secs(5)));
@@ -413,6 +431,21 @@ async fn run(config: Config, paths: Paths, timing: Timing, sources: reload::Sour
     }
     info!("stopped; sockets removed");
     0
+}
+
+/// Where the CNI finds its IPAM plugins in the DRA attach, unless CNI_PATH says otherwise.
+const DEFAULT_CNI_PATH: &str = "/opt/cni/bin";
+
+/// The CNI the DRA attach runs: this executable with `cni`, which runs the CNI's own code (flow::plugin_main), so the
+/// attach needs no second binary where the daemon runs.
+fn cni_command() -> Vec<std::ffi::OsString> {
+    match std::env::current_exe() {
+        Ok(p) => vec![p.into_os_string(), "cni".into()],
+        Err(e) => {
+            warn!("DRA attach: this executable's path: {e}; running /opt/cni/bin/sriov-rdma instead");
+            vec!["/opt/cni/bin/sriov-rdma".into()]
+        }
+    }
 }
 
 /// Starts the DRA driver for the `dra: true` resources' lists: its sockets (dra.rs) and its ResourceSlice (slices.rs).

@@ -7,10 +7,12 @@
 //! from the pod's namespace by the code `sriov-rdma doctor --netns` reports with ([`doctor::nccl_in_netns`]), so
 //! the two agree. The wire (socket multiplexing, ttrpc) is nri_mux.rs.
 //!
-//! Each event is one method of [`Plugin`]; subscribing to another (RunPodSandbox, StopPodSandbox for the DRA
-//! attach) is one more bit in [`Plugin::events`] and one more arm in [`Plugin::handle`].
+//! With the DRA driver on too, the plugin also subscribes to RunPodSandbox, StopPodSandbox and RemovePodSandbox:
+//! the VFs of the pod's prepared claims go into the sandbox's namespace and come back (draattach.rs). Each event is
+//! one method of [`Plugin`]: one bit in [`Plugin::events`] and one arm in [`Plugin::handle`].
 
 use crate::devices;
+use crate::draattach::{Attacher, Sandbox};
 use crate::nri_api as api;
 use crate::nri_mux::{self, Conn, Message, Response, Status, Trunk};
 use prost::Message as _;
@@ -53,10 +55,12 @@ impl NcclSource for Kernel {
     }
 }
 
-/// The plugin's state: where the CNI's records are and where the NCCL settings come from.
+/// The plugin's state: where the CNI's records are, where the NCCL settings come from, and the DRA attach when
+/// the DRA driver is on.
 pub struct Plugin {
     pub state_dir: PathBuf,
     pub source: Arc<dyn NcclSource>,
+    pub dra: Option<Arc<Attacher>>,
 }
 
 /// The bit of `event` in ConfigureResponse.events.
@@ -66,8 +70,10 @@ fn bit(event: api::Event) -> i32 {
 
 impl Plugin {
     /// The events the plugin subscribes to.
-    pub fn events() -> i32 {
-        bit(api::Event::CreateContainer)
+    pub fn events(&self) -> i32 {
+        let sandbox = [api::Event::RunPodSandbox, api::Event::StopPodSandbox, api::Event::RemovePodSandbox];
+        let dra = if self.dra.is_some() { sandbox.into_iter().map(bit).sum() } else { 0 };
+        bit(api::Event::CreateContainer) | dra
     }
 
     /// Answers one call of the runtime: the encoded response, or a status.
@@ -77,7 +83,7 @@ impl Plugin {
             "Configure" => {
                 let req = api::ConfigureRequest::decode(payload).map_err(bad)?;
                 info!("NRI: configured by {} {} (NRI {})", req.runtime_name, req.runtime_version, req.nri_version);
-                Ok(api::ConfigureResponse { events: Self::events() }.encode_to_vec())
+                Ok(api::ConfigureResponse { events: self.events() }.encode_to_vec())
             }
             "Synchronize" => {
                 let req = api::SynchronizeRequest::decode(payload).map_err(bad)?;
@@ -91,11 +97,31 @@ impl Plugin {
                 info!("NRI: the runtime is shutting the plugin down");
                 Ok(Vec::new())
             }
+            "RunPodSandbox" => {
+                let req = api::RunPodSandboxRequest::decode(payload).map_err(bad)?;
+                self.sandbox(api::Event::RunPodSandbox, req.pod).await?;
+                Ok(api::RunPodSandboxResponse {}.encode_to_vec())
+            }
+            "StopPodSandbox" => {
+                let req = api::StopPodSandboxRequest::decode(payload).map_err(bad)?;
+                self.sandbox(api::Event::StopPodSandbox, req.pod).await?;
+                Ok(api::StopPodSandboxResponse {}.encode_to_vec())
+            }
+            "RemovePodSandbox" => {
+                let req = api::RemovePodSandboxRequest::decode(payload).map_err(bad)?;
+                self.sandbox(api::Event::RemovePodSandbox, req.pod).await?;
+                Ok(api::RemovePodSandboxResponse {}.encode_to_vec())
+            }
+            // Runtimes that deliver the pod's lifecycle as a state change.
+            "StateChange" => {
+                let req = api::StateChangeEvent::decode(payload).map_err(bad)?;
+                if let Ok(event) = api::Event::try_from(req.event) {
+                    self.sandbox(event, req.pod).await?;
+                }
+                Ok(api::Empty {}.encode_to_vec())
+            }
             // Every other event's response is empty when the plugin changes nothing (it is not subscribed).
-            "RunPodSandbox"
-            | "StopPodSandbox"
-            | "RemovePodSandbox"
-            | "UpdatePodSandbox"
+            "UpdatePodSandbox"
             | "PostUpdatePodSandbox"
             | "PostCreateContainer"
             | "StartContainer"
@@ -103,10 +129,39 @@ impl Plugin {
             | "UpdateContainer"
             | "PostUpdateContainer"
             | "StopContainer"
-            | "RemoveContainer"
-            | "StateChange" => Ok(Vec::new()),
+            | "RemoveContainer" => Ok(Vec::new()),
             other => Err(Status { code: nri_mux::UNIMPLEMENTED, message: format!("{other} is not implemented") }),
         }
+    }
+
+    /// A pod sandbox's RunPodSandbox (the DRA attach), StopPodSandbox or RemovePodSandbox (the DRA detach); other
+    /// events, and every event without the DRA driver, change nothing. An attach that fails fails the sandbox: the
+    /// runtime gets the error, which names the device, the claim and what went wrong.
+    async fn sandbox(&self, event: api::Event, pod: Option<api::PodSandbox>) -> Result<(), Status> {
+        let Some(dra) = &self.dra else { return Ok(()) };
+        let pod = pod.unwrap_or_default();
+        let sb = Sandbox {
+            netns: pod
+                .linux
+                .as_ref()
+                .and_then(|l| l.namespaces.iter().find(|n| n.r#type == "network"))
+                .map(|n| n.path.clone())
+                .unwrap_or_default(),
+            id: pod.id,
+            uid: pod.uid,
+            namespace: pod.namespace,
+            name: pod.name,
+        };
+        let who = format!("{}/{} (sandbox {})", sb.namespace, sb.name, sb.id);
+        let done = match event {
+            api::Event::RunPodSandbox => dra.attach(&sb).await,
+            api::Event::StopPodSandbox | api::Event::RemovePodSandbox => dra.detach(&sb.id).await,
+            _ => return Ok(()),
+        };
+        done.map(|_| ()).map_err(|e| {
+            warn!("NRI: {event:?} of {who}: {e}");
+            Status { code: nri_mux::INTERNAL, message: format!("sriov-rdma DRA attach, {event:?} of {who}: {e}") }
+        })
     }
 
     /// CreateContainer: the NCCL variables of the pod's attachments, those the container does not set itself.

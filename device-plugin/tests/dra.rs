@@ -131,7 +131,11 @@ fn claim(ns: &str, name: &str, uid: &str, results: &[(&str, &str, &str, &str)]) 
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": ns, "uid": uid},
         "spec": {"devices": {"requests": [{"name": "vf", "exactly": {"deviceClassName": "sriov-rdma"}}]}},
-        "status": {"allocation": {"devices": {"results": results}}}
+        "status": {
+            "allocation": {"devices": {"results": results}},
+            // The scheduler reserves the claim for the pod before the kubelet prepares it.
+            "reservedFor": [{"resource": "pods", "name": format!("{name}-pod"), "uid": format!("{uid}-pod")}]
+        }
     })
 }
 
@@ -419,7 +423,7 @@ async fn a_claims_config_is_checked_as_a_nads_and_admitted_by_the_node_policy_or
         serde_json::from_slice(&std::fs::read(claims_dir.join("uid-good.json")).expect("the config is kept")).unwrap();
     assert_eq!(
         kept,
-        json!({"claim": "ns1/good", "uid": "uid-good", "devices": [{
+        json!({"claim": "ns1/good", "uid": "uid-good", "pods": ["uid-good-pod"], "devices": [{
             "request": "vf", "device": vf0, "pciAddress": VF0,
             "config": {"cniVersion": "1.0.0", "name": "dra-ns1-good", "type": "sriov-rdma", "deviceID": VF0,
                        "vlan": 150, "mtu": 9000, "spoofchk": "on", "trust": "off"}

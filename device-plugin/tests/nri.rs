@@ -6,6 +6,7 @@
 
 use prost::Message as _;
 use sriov_rdma_cni::doctor::NcclSettings;
+use sriov_rdma_device_plugin::draattach::Attacher;
 use sriov_rdma_device_plugin::nri::{self, NcclSource, Plugin};
 use sriov_rdma_device_plugin::nri_api as api;
 use std::collections::HashMap;
@@ -99,6 +100,13 @@ impl Runtime {
 
     /// Calls the plugin's `method` and returns its decoded answer.
     async fn call<R: prost::Message + Default>(&mut self, method: &str, req: &impl prost::Message) -> R {
+        let resp = self.call_status(method, req).await;
+        assert!(resp.status.as_ref().is_none_or(|s| s.code == 0), "{method} failed: {:?}", resp.status);
+        R::decode(resp.payload.as_slice()).expect("the method's response")
+    }
+
+    /// Calls the plugin's `method` and returns ttrpc's response, its status unchecked.
+    async fn call_status(&mut self, method: &str, req: &impl prost::Message) -> TtrpcResponse {
         let stream = self.next_stream;
         self.next_stream += 2;
         let env = TtrpcRequest {
@@ -109,9 +117,7 @@ impl Runtime {
         self.send(PLUGIN_CONN, stream, 1, &env.encode_to_vec()).await;
         let (conn, s, kind, body) = self.recv().await;
         assert_eq!((conn, s, kind), (PLUGIN_CONN, stream, 2), "{method}: the answer's connection, stream and type");
-        let resp = TtrpcResponse::decode(body.as_slice()).expect("a ttrpc Response");
-        assert!(resp.status.as_ref().is_none_or(|s| s.code == 0), "{method} failed: {:?}", resp.status);
-        R::decode(resp.payload.as_slice()).expect("the method's response")
+        TtrpcResponse::decode(body.as_slice()).expect("a ttrpc Response")
     }
 }
 
@@ -177,6 +183,11 @@ struct Setup {
 /// A state directory with the pods' records, the plugin connected to a stand-in runtime, registered and
 /// configured.
 async fn setup(name: &str) -> Setup {
+    setup_with(name, None).await
+}
+
+/// `setup` with the DRA attach on.
+async fn setup_with(name: &str, dra: Option<Arc<Attacher>>) -> Setup {
     let dir = std::env::temp_dir().join(format!("sriov-rdma-nri-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let state = dir.join("state");
@@ -195,7 +206,7 @@ async fn setup(name: &str) -> Setup {
             vec![setting("net1", "10.1.0.3", "mlx5_7:1", 3), setting("net2", "10.2.0.3", "mlx5_4:1", 3)],
         ),
     ]));
-    let plugin = Arc::new(Plugin { state_dir: state, source: Arc::new(table) });
+    let plugin = Arc::new(Plugin { state_dir: state, source: Arc::new(table), dra: dra.clone() });
     let sock = dir.join("nri.sock");
     let listener = UnixListener::bind(&sock).unwrap();
     let client = UnixStream::connect(&sock).await.unwrap();
@@ -225,6 +236,17 @@ async fn setup(name: &str) -> Setup {
         .await;
     let create_bit = 1 << (api::Event::CreateContainer as i32 - 1);
     assert_eq!(conf.events & create_bit, create_bit, "subscribed to CreateContainer: events {:#x}", conf.events);
+    let sandbox_bits = [api::Event::RunPodSandbox, api::Event::StopPodSandbox, api::Event::RemovePodSandbox]
+        .iter()
+        .map(|e| 1 << (*e as i32 - 1))
+        .sum::<i32>();
+    let want = if dra.is_some() { sandbox_bits } else { 0 };
+    assert_eq!(
+        conf.events & sandbox_bits,
+        want,
+        "the pod sandbox's events only with the DRA attach: {:#x}",
+        conf.events
+    );
     let sync: api::SynchronizeResponse = runtime
         .call("Synchronize", &api::SynchronizeRequest { pods: vec![pod("sandbox-a", "a")], ..Default::default() })
         .await;
@@ -280,5 +302,64 @@ async fn a_pod_without_a_record_gets_no_adjustment() {
     drop(s.runtime);
     let end = tokio::time::timeout(Duration::from_secs(5), s.plugin).await;
     assert!(matches!(end, Ok(Ok(Ok(())))), "serve ends when the socket closes: {end:?}");
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// With the DRA attach on, RunPodSandbox of a pod whose claim was prepared runs the CNI for its device; when that
+/// fails the runtime gets the error (and fails the sandbox), naming the pod, the interface and the claim. A pod
+/// without a prepared claim, and Stop/Remove of a sandbox nothing was attached to, change nothing and succeed.
+/// (The attach itself on real namespaces: tests/draattach.rs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_pod_sandbox_attaches_the_pods_claims_and_a_failure_fails_the_sandbox() {
+    let dir = std::env::temp_dir().join(format!("sriov-rdma-nri-claims-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let claims = dir.join("claims");
+    let kept = sriov_rdma_device_plugin::claimconfig::Kept {
+        request: "vf".into(),
+        device: "pci-0000-3b-00-2".into(),
+        pci_address: "0000:3b:00.2".into(),
+        config:
+            serde_json::json!({"cniVersion": "1.0.0", "name": "n", "type": "sriov-rdma", "deviceID": "0000:3b:00.2"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+    };
+    sriov_rdma_device_plugin::claimconfig::keep(&claims, "default/c", "claim-uid", &["uid-x".into()], &[kept]).unwrap();
+    let attacher = Attacher {
+        claims_dir: claims,
+        attach_dir: dir.join("attached"),
+        cni: vec![dir.join("no-such-cni").into()],
+        cni_path: String::new(),
+        timeout: Duration::from_secs(5),
+    };
+    let mut s = setup_with("dra", Some(Arc::new(attacher))).await;
+    let mut p = pod("sandbox-x", "x");
+    p.uid = "uid-x".into();
+    p.linux = Some(api::LinuxPodSandbox {
+        namespaces: vec![api::LinuxNamespace { r#type: "network".into(), path: "/var/run/netns/pod-x".into() }],
+        ..Default::default()
+    });
+    let r = s.runtime.call_status("RunPodSandbox", &api::RunPodSandboxRequest { pod: Some(p) }).await;
+    let st = r.status.expect("the failed attach is an error status");
+    assert_ne!(st.code, 0);
+    assert!(
+        st.message.contains("default/x") && st.message.contains("dra0") && st.message.contains("default/c"),
+        "{}",
+        st.message
+    );
+    assert!(st.message.contains("no-such-cni"), "{}", st.message);
+    // Giving back failed too (the same missing CNI): the record stays for StopPodSandbox / RemovePodSandbox.
+    assert!(st.message.contains("giving back"), "{}", st.message);
+    assert!(dir.join("attached/sandbox-x.json").exists(), "the attach record kept for a later DEL");
+    let mut other = pod("sandbox-y", "y");
+    other.uid = "uid-y".into();
+    let _: api::RunPodSandboxResponse =
+        s.runtime.call("RunPodSandbox", &api::RunPodSandboxRequest { pod: Some(other.clone()) }).await;
+    let _: api::StopPodSandboxResponse =
+        s.runtime.call("StopPodSandbox", &api::StopPodSandboxRequest { pod: Some(other.clone()) }).await;
+    let _: api::RemovePodSandboxResponse =
+        s.runtime.call("RemovePodSandbox", &api::RemovePodSandboxRequest { pod: Some(other) }).await;
+    s.plugin.abort();
+    let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&s.dir);
 }

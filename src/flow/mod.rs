@@ -78,6 +78,25 @@ fn dispatch(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> CniResult<Opt
     }
 }
 
+/// The CNI plugin as a process: the configuration from stdin, CNI_* from the environment, only the result on
+/// stdout; the exit status (0 on success). `sriov-rdma` runs it, and the node daemon's `cni` mode (the DRA attach).
+pub fn plugin_main() -> i32 {
+    use std::io::{Read, Write};
+    let mut stdin = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
+        eprintln!("sriov-rdma: reading the configuration from stdin: {e}");
+    }
+    let out = run(&stdin, |k| std::env::var(k).ok());
+    let mut so = std::io::stdout().lock();
+    let _ = so.write_all(out.stdout.as_bytes());
+    let _ = so.flush();
+    if out.ok {
+        0
+    } else {
+        1
+    }
+}
+
 /// Runs one CNI invocation: `stdin` is the configuration, `get` reads the environment.
 pub fn run(stdin: &[u8], get: impl Fn(&str) -> Option<String>) -> Outcome {
     match dispatch(stdin, get) {

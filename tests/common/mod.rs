@@ -14,31 +14,10 @@ use std::process::{Command, Output, Stdio};
 
 pub const CNI_PATH: &str = "/usr/lib/cni";
 
-pub fn sh(args: &[&str]) -> Output {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("running a command of the test bed");
-    out
-}
-
-pub fn must(args: &[&str]) -> String {
-    let out = sh(args);
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `ip -j link show` of one device, in the host or a namespace; `None` if it does not exist.
-pub fn link(ns: Option<&str>, name: &str) -> Option<Value> {
-    let mut args = vec!["ip"];
-    if let Some(ns) = ns {
-        args.extend(["-n", ns]);
-    }
-    args.extend(["-j", "link", "show", "dev", name]);
-    let out = sh(&args);
-    if !out.status.success() {
-        return None;
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    v.as_array()?.first().cloned()
-}
+// sh, must and link: shared with the device plugin's root tests (device-plugin/tests/draattach.rs).
+#[path = "ip.rs"]
+mod ip;
+pub use ip::{link, must, sh};
 
 /// The addresses of a device in a namespace, as `addr/prefix`.
 pub fn addrs(ns: &str, name: &str) -> Vec<String> {

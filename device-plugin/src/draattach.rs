@@ -1,0 +1,259 @@
+//! The DRA attach (on when both the DRA driver and the NRI plugin are; docs/dra.md): at the runtime's
+//! RunPodSandbox the VFs of the pod's prepared claims go into the sandbox's network namespace, and at
+//! StopPodSandbox / RemovePodSandbox they come back. The daemon does not move anything itself: it runs the CNI
+//! (ADD, DEL) with each device's kept config (claimconfig.rs: the claim's keys, checked, the node policy applied,
+//! the allocated VF as `deviceID`) the way a container runtime runs it, with the sandbox's ID as
+//! `CNI_CONTAINERID`. So a DRA attachment has the CNI's journal and record, and every DEL rule holds: the
+//! namespace already gone, a crash mid-attach, orphan reclaim, the NRI plugin's NCCL variables (by the record's
+//! container ID).
+//!
+//! What was attached to a sandbox is kept in `<state dir>/dra/<sandbox ID>.json`, written before the first ADD
+//! and removed once every DEL succeeded: a Stop after a restart of the daemon, or a RemovePodSandbox after a Stop
+//! that failed, still knows what to give back.
+
+use crate::cdi;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sriov_rdma_cni::{info, warn};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+/// How the daemon attaches: where the claims' configs are, where it keeps its own record, which CNI it runs.
+pub struct Attacher {
+    /// The DRA driver's kept claim configs (`<claim UID>.json`, claimconfig.rs).
+    pub claims_dir: PathBuf,
+    /// What was attached per sandbox (`<sandbox ID>.json`).
+    pub attach_dir: PathBuf,
+    /// The CNI: a program and its arguments (the daemon's own executable with `cni`, which runs the CNI's code).
+    pub cni: Vec<OsString>,
+    /// `CNI_PATH`: where the CNI finds the IPAM plugins a config names.
+    pub cni_path: String,
+    /// How long one CNI call may take before it is killed (then it counts as failed).
+    pub timeout: Duration,
+}
+
+/// The pod sandbox an event is about, as the runtime describes it.
+#[derive(Clone, Debug, Default)]
+pub struct Sandbox {
+    pub id: String,
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// The sandbox's network namespace (a path), empty when the runtime gave none.
+    pub netns: String,
+}
+
+/// One device attached to a sandbox.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attached {
+    pub ifname: String,
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    pub request: String,
+    pub device: String,
+    pub config: Map<String, Value>,
+}
+
+/// What the daemon attached to one sandbox.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub sandbox: String,
+    pub pod: String,
+    pub pod_uid: String,
+    pub netns: String,
+    pub attachments: Vec<Attached>,
+}
+
+/// The interface name in the pod of its `i`-th DRA device (0-based; beside Multus's `net1`, `net2`, …).
+pub fn ifname(i: usize) -> String {
+    format!("dra{i}")
+}
+
+/// The devices of the claims kept for pod `pod_uid`, in a fixed order: by claim, then by request and device.
+pub fn devices_of(claims_dir: &Path, pod_uid: &str) -> Result<Vec<Attached>, String> {
+    let entries = match std::fs::read_dir(claims_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("reading the kept claims in {}: {e}", claims_dir.display())),
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let v: Value = serde_json::from_slice(&text).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let pods = v["pods"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>());
+        if !pods.is_some_and(|p| p.contains(&pod_uid)) {
+            continue;
+        }
+        let claim = v["claim"].as_str().unwrap_or_default().to_string();
+        for d in v["devices"].as_array().into_iter().flatten() {
+            let Some(config) = d["config"].as_object() else {
+                return Err(format!("{}: a device without its config", path.display()));
+            };
+            out.push(Attached {
+                ifname: String::new(),
+                claim: claim.clone(),
+                request: d["request"].as_str().unwrap_or_default().to_string(),
+                device: d["device"].as_str().unwrap_or_default().to_string(),
+                config: config.clone(),
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.claim, &a.request, &a.device).cmp(&(&b.claim, &b.request, &b.device)));
+    for (i, a) in out.iter_mut().enumerate() {
+        a.ifname = ifname(i);
+    }
+    Ok(out)
+}
+
+impl Attacher {
+    fn record_path(&self, sandbox_id: &str) -> Result<PathBuf, String> {
+        // The runtime's sandbox IDs are hex; anything else must not name a file outside the directory.
+        if sandbox_id.is_empty() || !sandbox_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(format!("sandbox ID {sandbox_id:?} is not a runtime's ID"));
+        }
+        Ok(self.attach_dir.join(format!("{sandbox_id}.json")))
+    }
+
+    /// What was attached to the sandbox, if anything.
+    pub fn record(&self, sandbox_id: &str) -> Result<Option<Record>, String> {
+        let path = self.record_path(sandbox_id)?;
+        match std::fs::read(&path) {
+            Ok(t) => serde_json::from_slice(&t).map(Some).map_err(|e| format!("reading {}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("reading {}: {e}", path.display())),
+        }
+    }
+
+    fn write_record(&self, rec: &Record) -> Result<(), String> {
+        let text = serde_json::to_vec_pretty(rec).map_err(|e| format!("encoding the attach record: {e}"))?;
+        cdi::write_file(&self.attach_dir, &format!("{}.json", rec.sandbox), &text, "the attach record").map(|_| ())
+    }
+
+    /// RunPodSandbox: ADD for each device of the pod's claims; the number attached. A failed ADD gives back what
+    /// was attached before it (DEL, in reverse) and is the error.
+    pub async fn attach(&self, sb: &Sandbox) -> Result<usize, String> {
+        let planned = devices_of(&self.claims_dir, &sb.uid)?;
+        if planned.is_empty() {
+            return Ok(0);
+        }
+        if sb.netns.is_empty() {
+            return Err("the runtime gave no network namespace for the sandbox".into());
+        }
+        if self.record(&sb.id)?.is_some() {
+            // A second RunPodSandbox for one sandbox: what the first attached goes back first.
+            self.detach(&sb.id).await?;
+        }
+        let rec = Record {
+            sandbox: sb.id.clone(),
+            pod: format!("{}/{}", sb.namespace, sb.name),
+            pod_uid: sb.uid.clone(),
+            netns: sb.netns.clone(),
+            attachments: planned,
+        };
+        self.write_record(&rec)?;
+        for (i, a) in rec.attachments.iter().enumerate() {
+            if let Err(e) = self.cni("ADD", &rec, a).await {
+                let why = format!("{} ({} of claim {}): ADD: {e}", a.ifname, a.device, a.claim);
+                // The failed ADD rolled itself back; what came before it goes back too.
+                let undone = Record { attachments: rec.attachments[..=i].to_vec(), ..rec.clone() };
+                return match self.give_back(&undone).await {
+                    Ok(()) => {
+                        self.remove_record(&rec.sandbox);
+                        Err(why)
+                    }
+                    Err(e2) => Err(format!("{why}; giving back what was attached before it: {e2}")),
+                };
+            }
+            info!(
+                "DRA attach: {} {}: {} ({}) of claim {} in {}",
+                rec.pod, a.ifname, a.device, a.request, a.claim, rec.netns
+            );
+        }
+        Ok(rec.attachments.len())
+    }
+
+    /// StopPodSandbox / RemovePodSandbox: DEL for each device attached to the sandbox (none: nothing to do); the
+    /// number given back. The record stays while a DEL fails, for the next event to try again.
+    pub async fn detach(&self, sandbox_id: &str) -> Result<usize, String> {
+        let Some(rec) = self.record(sandbox_id)? else { return Ok(0) };
+        self.give_back(&rec).await?;
+        self.remove_record(sandbox_id);
+        info!("DRA attach: {}: {} device(s) given back", rec.pod, rec.attachments.len());
+        Ok(rec.attachments.len())
+    }
+
+    fn remove_record(&self, sandbox_id: &str) {
+        if let Ok(p) = self.record_path(sandbox_id) {
+            if let Err(e) = cdi::remove_file(&p, "the attach record") {
+                warn!("DRA attach: {e}");
+            }
+        }
+    }
+
+    /// DEL of every attachment of `rec`, the last first; every one is tried, the errors are joined.
+    async fn give_back(&self, rec: &Record) -> Result<(), String> {
+        let mut errors = Vec::new();
+        for a in rec.attachments.iter().rev() {
+            if let Err(e) = self.cni("DEL", rec, a).await {
+                errors.push(format!("{} ({}): DEL: {e}", a.ifname, a.device));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    /// Runs the CNI once for one attachment, as a runtime does: the config on stdin, CNI_* in the environment.
+    async fn cni(&self, command: &str, rec: &Record, a: &Attached) -> Result<String, String> {
+        let Some((program, args)) = self.cni.split_first() else { return Err("no CNI to run".into()) };
+        let (ns, name) = rec.pod.split_once('/').unwrap_or(("", rec.pod.as_str()));
+        let cni_args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={};K8S_POD_UID={}",
+            rec.sandbox, rec.pod_uid
+        );
+        let stdin = serde_json::to_vec(&a.config).map_err(|e| format!("encoding the config: {e}"))?;
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", &rec.sandbox)
+            .env("CNI_NETNS", &rec.netns)
+            .env("CNI_IFNAME", &a.ifname)
+            .env("CNI_PATH", &self.cni_path)
+            .env("CNI_ARGS", cni_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", Path::new(program).display()))?;
+        if let Some(mut w) = child.stdin.take() {
+            // The CNI may exit without reading all of it (a refusal); its exit status says what happened.
+            let _ = w.write_all(&stdin).await;
+        }
+        let out = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Ok(r) => r.map_err(|e| format!("waiting for the CNI: {e}"))?,
+            Err(_) => return Err(format!("the CNI took longer than {:?} and was killed", self.timeout)),
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            return Ok(stdout);
+        }
+        // A CNI error is a JSON object with code and msg on stdout.
+        let msg = serde_json::from_str::<Value>(&stdout)
+            .ok()
+            .map(|v| format!("code {} {}", v["code"], v["msg"].as_str().unwrap_or_default()))
+            .unwrap_or_else(|| format!("{} {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        Err(msg)
+    }
+}

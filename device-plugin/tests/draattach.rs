@@ -1,0 +1,278 @@
+//! The DRA attach on real network namespaces (root): veth ends stand in for the VFs' netdevs behind a fake sysfs
+//! PCI tree (what is fake: the PCI tree; what is real: the netdevs, the namespace, every move, MTU and address,
+//! the CNI's record store and the reference `static` IPAM plugin). The claims are kept as the DRA driver keeps them
+//! (claimconfig::keep); the CNI the attach runs is the daemon's own `cni` mode, started through `env` with this
+//! test bed's sysfs and state directories.
+
+use serde_json::{json, Map, Value};
+use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
+use sriov_rdma_device_plugin::claimconfig::{self, Kept};
+use sriov_rdma_device_plugin::draattach::{Attacher, Sandbox};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const CNI_PATH: &str = "/usr/lib/cni";
+
+#[path = "../../tests/common/ip.rs"]
+mod ip;
+use ip::{link, must, sh};
+
+/// Root, or a skip asked for by SRIOV_RDMA_SKIP_ROOT_TESTS=1 (said on stderr); otherwise the test fails.
+fn need_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var("SRIOV_RDMA_SKIP_ROOT_TESTS").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: needs root (network namespaces and veth) (SRIOV_RDMA_SKIP_ROOT_TESTS=1)");
+        return false;
+    }
+    panic!("this test needs root (network namespaces and veth); run it as root or set SRIOV_RDMA_SKIP_ROOT_TESTS=1");
+}
+
+fn addrs(ns: &str, name: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(&must(&["ip", "-n", ns, "-j", "addr", "show", "dev", name])).unwrap();
+    v[0]["addr_info"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["family"] == "inet")
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or_default(), a["prefixlen"]))
+        .collect()
+}
+
+/// A PF stand-in with VF stand-ins, a pod namespace, the driver's claims directory and the CNI's state.
+struct Bed {
+    dir: PathBuf,
+    sysfs: PathBuf,
+    state: PathBuf,
+    vfs: Vec<(String, String)>,
+    links: Vec<String>,
+    netns: String,
+    tree: FakeTree,
+}
+
+impl Bed {
+    fn new(tag: &str, bus: u8, n: usize) -> Bed {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-draattach-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let sysfs = dir.join("sys");
+        let tree = FakeTree::new(&sysfs).unwrap();
+        let mut links = Vec::new();
+        let mut veth = |name: &str| {
+            let _ = sh(&["ip", "link", "del", name]);
+            must(&["ip", "link", "add", name, "type", "veth", "peer", "name", &format!("{name}p")]);
+            links.push(name.to_string());
+        };
+        let pf = format!("da{tag}pf");
+        veth(&pf);
+        let pf_pci = format!("0000:{bus:02x}:00.0");
+        tree.pf(&pf_pci, &pf, n as u32).unwrap();
+        let mut vfs = Vec::new();
+        for i in 0..n {
+            let (pci, name) = (format!("0000:{bus:02x}:02.{i}"), format!("da{tag}v{i}"));
+            veth(&name);
+            tree.vf(&pf_pci, i as u32, &pci, Some(&name), "igbvf").unwrap();
+            vfs.push((pci, name));
+        }
+        let netns = format!("srda-{tag}");
+        let _ = sh(&["ip", "netns", "del", &netns]);
+        must(&["ip", "netns", "add", &netns]);
+        Bed { state: dir.join("state"), dir, sysfs, vfs, links, netns, tree }
+    }
+
+    fn claims_dir(&self) -> PathBuf {
+        self.dir.join("claims")
+    }
+
+    /// The attach as the daemon sets it up, its CNI started through `env` with this bed's directories.
+    fn attacher(&self) -> Attacher {
+        let own = self.dir.display().to_string();
+        let mut cni: Vec<std::ffi::OsString> = vec!["/usr/bin/env".into()];
+        for (k, v) in [
+            ("SRIOV_RDMA_SYSFS", self.sysfs.display().to_string()),
+            ("SRIOV_RDMA_STATE_DIR", self.state.display().to_string()),
+            ("SRIOV_RDMA_DEVINFO_DIR", own.clone()),
+            ("SRIOV_RDMA_LOG_DIR", own.clone()),
+            ("SRIOV_RDMA_POLICY", format!("{own}/no-node-policy.json")),
+            ("SRIOV_RDMA_KUBELET_DIR", format!("{own}/no-kubelet")),
+            ("SRIOV_RDMA_MULTUS_DIR", format!("{own}/no-multus")),
+            ("NETCONFPATH", format!("{own}/no-net.d")),
+        ] {
+            cni.push(format!("{k}={v}").into());
+        }
+        cni.push(env!("CARGO_BIN_EXE_sriov-rdma-device-plugin").into());
+        cni.push("cni".into());
+        Attacher {
+            claims_dir: self.claims_dir(),
+            attach_dir: self.dir.join("attached"),
+            cni,
+            cni_path: CNI_PATH.into(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// A claim kept for `pod_uid` as the DRA driver keeps it, one device per (request, PCI address, address).
+    fn keep(&self, uid: &str, pod_uid: &str, devices: &[(&str, &str, &str)]) {
+        let kept: Vec<Kept> = devices
+            .iter()
+            .map(|(request, pci, addr)| {
+                let config = json!({
+                    "cniVersion": "1.0.0", "name": "dra-team-a-claim", "type": "sriov-rdma", "deviceID": pci,
+                    "mtu": 1400, "ipam": {"type": "static", "addresses": [{"address": addr}]}
+                });
+                Kept {
+                    request: request.to_string(),
+                    device: format!("pci-{}", pci.replace([':', '.'], "-")),
+                    pci_address: pci.to_string(),
+                    config: config.as_object().cloned().unwrap_or_else(Map::new),
+                }
+            })
+            .collect();
+        claimconfig::keep(&self.claims_dir(), &format!("team-a/{uid}"), uid, &[pod_uid.to_string()], &kept).unwrap();
+    }
+
+    fn sandbox(&self, id: &str, pod_uid: &str) -> Sandbox {
+        Sandbox {
+            id: id.into(),
+            uid: pod_uid.into(),
+            namespace: "team-a".into(),
+            name: "trainer".into(),
+            netns: format!("/var/run/netns/{}", self.netns),
+        }
+    }
+
+    /// The CNI's attachment records (one file per attachment under the state directory's records).
+    fn cni_records(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.state.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if let Some(v) = std::fs::read(&p).ok().and_then(|t| serde_json::from_slice::<Value>(&t).ok()) {
+                    if v.get("containerId").or_else(|| v.get("container_id")).is_some() {
+                        out.push(v);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.netns]);
+        for l in &self.links {
+            let _ = sh(&["ip", "link", "del", l]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn path_exists(p: &Path) -> bool {
+    p.exists()
+}
+
+#[test]
+fn run_pod_sandbox_moves_the_claims_vfs_into_the_pod_and_stop_gives_them_back() {
+    if !need_root() {
+        return;
+    }
+    let bed = Bed::new("a", 0x7a, 2);
+    let (v0, v1) = (bed.vfs[0].clone(), bed.vfs[1].clone());
+    bed.keep("claim-1", "pod-1", &[("vf", &v0.0, "10.61.0.5/24"), ("vf2", &v1.0, "10.62.0.5/24")]);
+    let a = bed.attacher();
+    let sb = bed.sandbox("0a1b2c3d4e", "pod-1");
+    let n = rt().block_on(a.attach(&sb)).expect("attach");
+    assert_eq!(n, 2);
+    // The kernel: both VF netdevs are in the pod as dra0 and dra1, with the claim's MTU and addresses.
+    for (ifname, addr, (_, host)) in [("dra0", "10.61.0.5/24", &v0), ("dra1", "10.62.0.5/24", &v1)] {
+        let l = link(Some(&bed.netns), ifname).unwrap_or_else(|| panic!("{ifname} is not in the pod"));
+        assert_eq!(l["mtu"], 1400, "{ifname}: {l}");
+        assert_eq!(addrs(&bed.netns, ifname), vec![addr.to_string()]);
+        assert!(link(None, host).is_none(), "{host} is still on the host");
+    }
+    // The CNI's own records, under the sandbox's ID: what the NRI plugin's NCCL variables and every DEL rule use.
+    let recs = bed.cni_records();
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    assert!(recs.iter().all(|r| r.to_string().contains("0a1b2c3d4e")), "{recs:?}");
+    assert!(a.record("0a1b2c3d4e").unwrap().is_some());
+
+    let n = rt().block_on(a.detach("0a1b2c3d4e")).expect("detach");
+    assert_eq!(n, 2);
+    for (_, host) in [&v0, &v1] {
+        let l = link(None, host).unwrap_or_else(|| panic!("{host} is not back on the host"));
+        assert_ne!(l["mtu"], 1400, "{host}'s MTU was not given back: {l}");
+    }
+    assert!(link(Some(&bed.netns), "dra0").is_none() && link(Some(&bed.netns), "dra1").is_none());
+    assert!(bed.cni_records().is_empty(), "{:?}", bed.cni_records());
+    assert!(a.record("0a1b2c3d4e").unwrap().is_none());
+    // RemovePodSandbox after Stop: nothing left, nothing to do.
+    assert_eq!(rt().block_on(a.detach("0a1b2c3d4e")).expect("second detach"), 0);
+}
+
+#[test]
+fn a_failed_add_gives_back_what_was_attached_before_it() {
+    if !need_root() {
+        return;
+    }
+    let bed = Bed::new("b", 0x7b, 1);
+    let v0 = bed.vfs[0].clone();
+    // The second device is a VF that is not on the node: its ADD fails after the first one's succeeded.
+    bed.keep("claim-2", "pod-2", &[("a", &v0.0, "10.63.0.5/24"), ("b", "0000:7b:02.7", "10.63.0.6/24")]);
+    let a = bed.attacher();
+    let err = rt().block_on(a.attach(&bed.sandbox("5e6f", "pod-2"))).expect_err("an ADD of a VF not on the node");
+    assert!(err.contains("dra1") && err.contains("0000-7b-02-7") && err.contains("ADD"), "{err}");
+    let l = link(None, &v0.1).unwrap_or_else(|| panic!("{} was not given back: {err}", v0.1));
+    assert_ne!(l["mtu"], 1400, "{l}");
+    assert!(link(Some(&bed.netns), "dra0").is_none());
+    assert!(bed.cni_records().is_empty(), "{:?}", bed.cni_records());
+    assert!(a.record("5e6f").unwrap().is_none());
+}
+
+#[test]
+fn stop_after_the_pods_namespace_is_gone_still_finishes() {
+    if !need_root() {
+        return;
+    }
+    let bed = Bed::new("c", 0x7c, 1);
+    let v0 = bed.vfs[0].clone();
+    bed.keep("claim-3", "pod-3", &[("vf", &v0.0, "10.64.0.5/24")]);
+    let a = bed.attacher();
+    assert_eq!(rt().block_on(a.attach(&bed.sandbox("77aa", "pod-3"))).expect("attach"), 1);
+    assert!(link(Some(&bed.netns), "dra0").is_some());
+    // The namespace destroyed: the kernel hands a real VF back to the host (a veth dies with it, so the stand-in
+    // is made again under the VF's name, with the MTU the pod gave it, as the main crate's tests do).
+    must(&["ip", "netns", "del", &bed.netns]);
+    let _ = sh(&["ip", "link", "del", &format!("{}p", v0.1)]);
+    must(&["ip", "link", "add", &v0.1, "mtu", "1400", "type", "veth", "peer", "name", &format!("{}p", v0.1)]);
+    bed.tree.set_vf_netdev(&v0.0, &v0.1).unwrap();
+    assert_eq!(rt().block_on(a.detach("77aa")).expect("detach without the namespace"), 1);
+    let l = link(None, &v0.1).expect("the VF on the host");
+    assert_ne!(l["mtu"], 1400, "its MTU was not given back: {l}");
+    assert!(bed.cni_records().is_empty(), "{:?}", bed.cni_records());
+    assert!(!path_exists(&bed.dir.join("attached/77aa.json")));
+}
+
+#[test]
+fn a_pod_without_claims_gets_nothing_and_a_bad_sandbox_id_names_no_file() {
+    if !need_root() {
+        return;
+    }
+    let bed = Bed::new("d", 0x7d, 1);
+    let v0 = bed.vfs[0].clone();
+    bed.keep("claim-4", "someone-else", &[("vf", &v0.0, "10.65.0.5/24")]);
+    let a = bed.attacher();
+    assert_eq!(rt().block_on(a.attach(&bed.sandbox("99bb", "pod-4"))).expect("attach"), 0);
+    assert!(link(None, &v0.1).is_some(), "another pod's VF moved");
+    assert!(bed.cni_records().is_empty());
+    let err = a.record("../x").expect_err("a sandbox ID with a path in it");
+    assert!(err.contains("sandbox ID"), "{err}");
+}
