@@ -7,6 +7,10 @@
 //! namespace already gone, a crash mid-attach, orphan reclaim, the NRI plugin's NCCL variables (by the record's
 //! container ID).
 //!
+//! After the attach, each claim's `status.devices[]` gets the device's `networkData` (the interface name in the
+//! pod, its addresses and MAC, from the CNI's result), applied server-side by the driver; the detach takes the
+//! driver's entries out again. Neither is needed for the attach itself: a failure there is logged, not returned.
+//!
 //! What was attached to a sandbox is kept in `<state dir>/dra/<sandbox ID>.json`, written before the first ADD
 //! and removed once every DEL succeeded: a Stop after a restart of the daemon, or a RemovePodSandbox after a Stop
 //! that failed, still knows what to give back.
@@ -33,6 +37,63 @@ pub struct Attacher {
     pub cni_path: String,
     /// How long one CNI call may take before it is killed (then it counts as failed).
     pub timeout: Duration,
+    /// Where the claims' `networkData` goes: the API server, as the DRA driver of this node's pool.
+    pub status: Option<ClaimStatus>,
+}
+
+/// The API server and who writes the claims' device status.
+pub struct ClaimStatus {
+    pub client: kube::Client,
+    pub driver: String,
+    /// The driver's pool: this node's name.
+    pub pool: String,
+}
+
+/// A device's `networkData` from the CNI's ADD result (`interfaces`, `ips` of CNI 0.4.0 and later): the interface
+/// in the pod named `ifname`, its MAC and its addresses (CIDR, as the result gives them).
+pub fn network_data(result: &Value, ifname: &str) -> Value {
+    let ifaces = result["interfaces"].as_array().cloned().unwrap_or_default();
+    let idx = ifaces.iter().position(|i| i["name"] == ifname && i["sandbox"].as_str().is_some_and(|s| !s.is_empty()));
+    let ips: Vec<Value> = result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|ip| idx.is_some() && ip["interface"].as_u64() == idx.map(|i| i as u64))
+        .filter_map(|ip| ip["address"].as_str().map(Value::from))
+        .collect();
+    let mut data = Map::new();
+    data.insert("interfaceName".into(), ifname.into());
+    if !ips.is_empty() {
+        data.insert("ips".into(), ips.into());
+    }
+    if let Some(mac) = idx.and_then(|i| ifaces[i]["mac"].as_str()).filter(|m| !m.is_empty()) {
+        data.insert("hardwareAddress".into(), mac.into());
+    }
+    Value::Object(data)
+}
+
+/// The server-side apply of the driver's entries in one claim's `status.devices`: `devices` as
+/// `(device, networkData)`; none takes the driver's entries out.
+pub async fn apply_status(st: &ClaimStatus, claim: &str, devices: &[(String, Value)]) -> Result<(), String> {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    use kube::api::{Api, Patch, PatchParams};
+    let (ns, name) = claim.split_once('/').ok_or_else(|| format!("claim {claim:?} is not namespace/name"))?;
+    let entries: Vec<Value> = devices
+        .iter()
+        .map(|(device, data)| {
+            serde_json::json!({"driver": st.driver, "pool": st.pool, "device": device, "networkData": data})
+        })
+        .collect();
+    let body = serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "status": {"devices": entries}
+    });
+    let api: Api<ResourceClaim> = Api::namespaced(st.client.clone(), ns);
+    api.patch_status(name, &PatchParams::apply(&st.driver).force(), &Patch::Apply(&body))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("applying the status of claim {claim}: {e}"))
 }
 
 /// The pod sandbox an event is about, as the runtime describes it.
@@ -160,8 +221,14 @@ impl Attacher {
             attachments: planned,
         };
         self.write_record(&rec)?;
+        let mut data = Vec::new();
         for (i, a) in rec.attachments.iter().enumerate() {
-            if let Err(e) = self.cni("ADD", &rec, a).await {
+            let added = self.cni("ADD", &rec, a).await;
+            if let Ok(out) = &added {
+                let result = serde_json::from_str::<Value>(out).unwrap_or(Value::Null);
+                data.push((a.claim.clone(), a.device.clone(), network_data(&result, &a.ifname)));
+            }
+            if let Err(e) = added {
                 let why = format!("{} ({} of claim {}): ADD: {e}", a.ifname, a.device, a.claim);
                 // The failed ADD rolled itself back; what came before it goes back too.
                 let undone = Record { attachments: rec.attachments[..=i].to_vec(), ..rec.clone() };
@@ -178,7 +245,24 @@ impl Attacher {
                 rec.pod, a.ifname, a.device, a.request, a.claim, rec.netns
             );
         }
+        self.publish(&rec, &data).await;
         Ok(rec.attachments.len())
+    }
+
+    /// Each claim's `networkData` of what `rec` attached (`data`: claim, device, networkData), or, with none, the
+    /// driver's entries out of the claims of `rec`. Logged, not returned: the attach does not depend on it.
+    async fn publish(&self, rec: &Record, data: &[(String, String, Value)]) {
+        let Some(st) = &self.status else { return };
+        let mut claims: Vec<&str> = rec.attachments.iter().map(|a| a.claim.as_str()).collect();
+        claims.dedup();
+        for claim in claims {
+            let devices: Vec<(String, Value)> =
+                data.iter().filter(|(c, _, _)| c == claim).map(|(_, d, v)| (d.clone(), v.clone())).collect();
+            match apply_status(st, claim, &devices).await {
+                Ok(()) => info!("DRA attach: claim {claim}: status.devices: {}", serde_json::json!(devices)),
+                Err(e) => warn!("DRA attach: {}: {e}", rec.pod),
+            }
+        }
     }
 
     /// StopPodSandbox / RemovePodSandbox: DEL for each device attached to the sandbox (none: nothing to do); the
@@ -186,6 +270,7 @@ impl Attacher {
     pub async fn detach(&self, sandbox_id: &str) -> Result<usize, String> {
         let Some(rec) = self.record(sandbox_id)? else { return Ok(0) };
         self.give_back(&rec).await?;
+        self.publish(&rec, &[]).await;
         self.remove_record(sandbox_id);
         info!("DRA attach: {}: {} device(s) given back", rec.pod, rec.attachments.len());
         Ok(rec.attachments.len())
@@ -255,5 +340,35 @@ impl Attacher {
             .map(|v| format!("code {} {}", v["code"], v["msg"].as_str().unwrap_or_default()))
             .unwrap_or_else(|| format!("{} {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
         Err(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn network_data_is_the_pods_interface_its_addresses_and_mac_from_the_cni_result() {
+        // As the CNI's 1.0.0 result has it: the host-side VF entry first (no sandbox), then the pod's.
+        let result = json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [
+                {"name": "enp1s0v2", "mac": "aa:bb:cc:00:00:01"},
+                {"name": "dra0", "mac": "aa:bb:cc:00:00:02", "sandbox": "/var/run/netns/p"}
+            ],
+            "ips": [
+                {"address": "10.61.0.5/24", "interface": 1},
+                {"address": "fd00::5/64", "interface": 1},
+                {"address": "10.99.0.1/24", "interface": 0}
+            ]
+        });
+        assert_eq!(
+            network_data(&result, "dra0"),
+            json!({"interfaceName": "dra0", "ips": ["10.61.0.5/24", "fd00::5/64"], "hardwareAddress": "aa:bb:cc:00:00:02"})
+        );
+        // No IPAM, or a result without the interface: the name alone.
+        assert_eq!(network_data(&json!({"cniVersion": "1.0.0"}), "dra1"), json!({"interfaceName": "dra1"}));
+        assert_eq!(network_data(&result, "dra1"), json!({"interfaceName": "dra1"}));
     }
 }

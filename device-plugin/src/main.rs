@@ -373,11 +373,11 @@ async fn run(config: Config, paths: Paths, timing: Timing, sources: reload::Sour
     }
     // The DRA driver first: one that cannot start stops the daemon before any device plugin socket exists.
     let dra_lists: Vec<_> = dra_res.into_iter().map(|(_, rx)| rx).collect();
-    let dra_paths = if dra_lists.is_empty() {
-        None
+    let (dra_paths, claim_status) = if dra_lists.is_empty() {
+        (None, None)
     } else {
         match start_dra(&paths, &dra_opts, dra_lists, shared.inventory.clone(), timing).await {
-            Ok(p) => Some(p),
+            Ok((p, st)) => (Some(p), Some(st)),
             Err(e) => {
                 error!("DRA: {e}");
                 return EXIT_CONFIG;
@@ -386,13 +386,14 @@ async fn run(config: Config, paths: Paths, timing: Timing, sources: reload::Sour
     };
     if let Some(socket) = nri_socket {
         // With the DRA driver on, the NRI plugin also attaches the claims' VFs at RunPodSandbox (draattach.rs).
-        let dra = dra_paths.as_ref().map(|p| {
+        let dra = dra_paths.as_ref().zip(claim_status).map(|(p, status)| {
             Arc::new(draattach::Attacher {
                 claims_dir: p.claims_dir(),
                 attach_dir: p.plugin_dir.join("attached"),
                 cni: cni_command(),
                 cni_path: std::env::var("CNI_PATH").ok().filter(|v| !v.is_empty()).unwrap_or(DEFAULT_CNI_PATH.into()),
                 timeout: Duration::from_secs(60),
+                status: Some(status),
             })
         });
         let plugin = nri::Plugin {
@@ -455,7 +456,7 @@ async fn start_dra(
     lists: Vec<tokio::sync::watch::Receiver<Vec<devices::Offered>>>,
     inventory: tokio::sync::watch::Receiver<Arc<Inventory>>,
     timing: Timing,
-) -> Result<dra::DraPaths, String> {
+) -> Result<(dra::DraPaths, draattach::ClaimStatus), String> {
     let node = opts.node.clone().ok_or(
         "a resource says dra: true but the node's name is unknown: give --node-name or NODE_NAME (the DaemonSet sets \
          it from spec.nodeName)",
@@ -482,9 +483,10 @@ async fn start_dra(
         inventory: inventory.clone(),
         registered,
     };
+    let status = draattach::ClaimStatus { client: client.clone(), driver: dra::DRIVER.into(), pool: node.clone() };
     let publisher = slices::Publisher::new(client, dra::DRIVER, &node);
     tokio::spawn(slices::run(publisher, lists, inventory, paths.sysfs.clone(), kick, slices::Periods::default()));
     tokio::spawn(dra::serve(driver, timing.socket_check));
     info!("DRA: driver {} for node {node} started (CDI specs in {})", dra::DRIVER, opts.cdi_dir.display());
-    Ok(dra_paths)
+    Ok((dra_paths, status))
 }

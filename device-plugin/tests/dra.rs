@@ -72,7 +72,21 @@ fn api_server(state: Arc<Mutex<ApiState>>) -> kube::Client {
             s.requests.push(format!("{} {path}", parts.method));
             let claims = "/apis/resource.k8s.io/v1/namespaces/";
             let slices = "/apis/resource.k8s.io/v1/resourceslices";
-            let resp = if let Some(rest) = path.strip_prefix(claims) {
+            let resp = if let Some(rest) = path.strip_prefix(claims).filter(|_| parts.method == Method::PATCH) {
+                // A server-side apply of the status: the applied devices replace the claim's (one field manager).
+                let key = rest.replace("/resourceclaims/", "/").trim_end_matches("/status").to_string();
+                let query = parts.uri.query().unwrap_or_default().to_string();
+                let kind = parts.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+                s.requests.push(format!("PATCH {kind} {query}"));
+                let applied: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                match s.claims.get_mut(&key) {
+                    Some(c) if path.ends_with("/status") => {
+                        c["status"]["devices"] = applied["status"]["devices"].clone();
+                        ok(c)
+                    }
+                    _ => status(StatusCode::NOT_FOUND, "NotFound", &format!("resourceclaims {key:?} not found")),
+                }
+            } else if let Some(rest) = path.strip_prefix(claims) {
                 let key = rest.replace("/resourceclaims/", "/");
                 match s.claims.get(&key) {
                     Some(c) => ok(c),
@@ -795,4 +809,35 @@ async fn real_api_server_accepts_the_slice() {
     eprintln!("stored: {}", serde_json::to_string(&api.get(name).await.unwrap().spec).unwrap());
     assert_eq!(publisher.publish(tainted).await, Ok(None), "a stamped taint is no change");
     api.delete(name, &Default::default()).await.expect("deleting the slice");
+}
+
+/// The attach's `networkData`: the driver's entries in the claim's `status.devices`, applied server-side by the
+/// driver (field manager sriov-rdma.k8s.io, forced), and taken out again at the detach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attach_applies_the_claims_network_data_and_the_detach_takes_it_out() {
+    use sriov_rdma_device_plugin::draattach::{apply_status, ClaimStatus};
+    let state = Arc::new(Mutex::new(ApiState::default()));
+    state
+        .lock()
+        .unwrap()
+        .claims
+        .insert("ns1/c".into(), claim("ns1", "c", "uid-c", &[("vf", dra::DRIVER, "node-a", "pci-x")]));
+    let st = ClaimStatus { client: api_server(state.clone()), driver: dra::DRIVER.into(), pool: "node-a".into() };
+    let data = json!({"interfaceName": "dra0", "ips": ["10.61.0.5/24"], "hardwareAddress": "aa:bb:cc:00:00:02"});
+    apply_status(&st, "ns1/c", &[("pci-x".into(), data.clone())]).await.expect("applying the status");
+    {
+        let s = state.lock().unwrap();
+        assert_eq!(
+            s.claims["ns1/c"]["status"]["devices"],
+            json!([{"driver": dra::DRIVER, "pool": "node-a", "device": "pci-x", "networkData": data}])
+        );
+        let patch = s.requests.iter().find(|r| r.starts_with("PATCH application/apply-patch")).expect("an apply");
+        assert!(patch.contains("fieldManager=sriov-rdma.k8s.io") && patch.contains("force=true"), "{patch}");
+        // The allocation is the scheduler's: untouched.
+        assert_eq!(s.claims["ns1/c"]["status"]["allocation"]["devices"]["results"][0]["device"], "pci-x");
+    }
+    apply_status(&st, "ns1/c", &[]).await.expect("taking the entries out");
+    assert_eq!(state.lock().unwrap().claims["ns1/c"]["status"]["devices"], json!([]));
+    let err = apply_status(&st, "ns1/gone", &[]).await.expect_err("a claim the API server does not have");
+    assert!(err.contains("ns1/gone"), "{err}");
 }

@@ -109,6 +109,7 @@ impl Bed {
             cni,
             cni_path: CNI_PATH.into(),
             timeout: Duration::from_secs(30),
+            status: None,
         }
     }
 

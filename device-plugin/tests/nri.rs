@@ -331,6 +331,7 @@ async fn run_pod_sandbox_attaches_the_pods_claims_and_a_failure_fails_the_sandbo
         cni: vec![dir.join("no-such-cni").into()],
         cni_path: String::new(),
         timeout: Duration::from_secs(5),
+        status: None,
     };
     let mut s = setup_with("dra", Some(Arc::new(attacher))).await;
     let mut p = pod("sandbox-x", "x");
