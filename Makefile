@@ -43,11 +43,15 @@ deps:
 
 # The test command: lint, unit and real-netns integration tests, then the emulated SR-IOV machine (root), then
 # the Kubernetes nodes on it. The cluster's components (Go builds: ~16 min on a fresh machine, nothing when
-# cached) build in the background at nice 19 while unit and e2e run, on the CPU those leave idle; k8s-e2e waits
-# for them and prints their log. A failed unit or e2e stops the background build (its own process group).
-test: deps release chart
+# cached) build in the background at nice 19 from the start, on the CPU the Rust build's single-threaded
+# stretches, the tests and the e2e guests leave idle; k8s-e2e waits for them and prints their log. Helm is not
+# among them: `make chart` builds it in the foreground (the same cache directory must not be written twice at
+# once); a component missing from the list is built by k8s-e2e's own k8s-components. A failed unit or e2e stops
+# the background build (its own process group).
+BG_COMPONENTS = kubernetes etcd containerd runc cri-tools multus rdma-cni whereabouts
+test: deps
 	@mkdir -p .cache; echo "phase k8s-components-background: begins at +$$(( $$(date +%s) - $(T0) ))s (nice 19, beside unit and e2e)"; \
-	setsid nice -n 19 ./tests/k8s/build-components.sh > .cache/k8s-components.log 2>&1 & bg=$$!; \
+	setsid nice -n 19 ./tests/k8s/build-components.sh $(BG_COMPONENTS) > .cache/k8s-components.log 2>&1 & bg=$$!; \
 	$(MAKE) --no-print-directory unit e2e; rc=$$?; \
 	if [ $$rc != 0 ]; then kill -- -$$bg 2>/dev/null; wait $$bg; exit $$rc; fi; \
 	wait $$bg; brc=$$?; \
