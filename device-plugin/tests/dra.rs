@@ -780,13 +780,7 @@ async fn a_config_edit_that_changes_which_resources_are_dra_is_refused() {
 #[tokio::test]
 #[ignore]
 async fn real_api_server_accepts_the_slice() {
-    let path = std::env::var("SRIOV_RDMA_TEST_KUBECONFIG")
-        .expect("SRIOV_RDMA_TEST_KUBECONFIG: a kubeconfig of a real API server is what this test needs");
-    let kc = kube::config::Kubeconfig::read_from(&path).expect("reading the kubeconfig");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("the kubeconfig's config");
-    let client = kube::Client::try_from(cfg).expect("a client");
+    let client = real_client().await;
     let node = Node::new("dra-real");
     let (w, lists) = watcher(&node).await;
     let devices = || slices::devices(&lists[0].borrow(), &w.inventory().borrow(), &node.dir.join("sys"), dra::DRIVER);
@@ -809,6 +803,60 @@ async fn real_api_server_accepts_the_slice() {
     eprintln!("stored: {}", serde_json::to_string(&api.get(name).await.unwrap().spec).unwrap());
     assert_eq!(publisher.publish(tainted).await, Ok(None), "a stamped taint is no change");
     api.delete(name, &Default::default()).await.expect("deleting the slice");
+}
+
+/// The real API server's client, from SRIOV_RDMA_TEST_KUBECONFIG.
+async fn real_client() -> kube::Client {
+    let path = std::env::var("SRIOV_RDMA_TEST_KUBECONFIG")
+        .expect("SRIOV_RDMA_TEST_KUBECONFIG: a kubeconfig of a real API server is what this test needs");
+    let kc = kube::config::Kubeconfig::read_from(&path).expect("reading the kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("the kubeconfig's config");
+    kube::Client::try_from(cfg).expect("a client")
+}
+
+/// Against a real API server (ignored, as the one above): a claim allocated as the scheduler writes it gets the
+/// attach's `networkData` by the driver's server-side apply — the API server's validation of `status.devices`
+/// (an allocated device, a CIDR, a MAC) accepts it and keeps it as written — and the detach's apply takes it out.
+/// `cargo test -p sriov-rdma-device-plugin --test dra -- --ignored real_api_server`.
+#[tokio::test]
+#[ignore]
+async fn real_api_server_keeps_the_network_data() {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    use sriov_rdma_device_plugin::draattach::{apply_status, ClaimStatus};
+    let client = real_client().await;
+    let api: kube::Api<ResourceClaim> = kube::Api::namespaced(client.clone(), "default");
+    let name = "dra-network-data-test";
+    let _ = api.delete(name, &Default::default()).await;
+    let mut c: ResourceClaim = serde_json::from_value(claim("default", name, "", &[])).unwrap();
+    c.metadata.uid = None;
+    c.status = None;
+    let created = api.create(&Default::default(), &c).await.expect("creating the claim");
+    // The allocation, as the scheduler writes it.
+    let mut allocated = created.clone();
+    allocated.status = serde_json::from_value(json!({"allocation": {"devices": {"results": [
+        {"request": "vf", "driver": dra::DRIVER, "pool": "dra-test-node", "device": "pci-0000-3b-00-2"}
+    ]}}}))
+    .unwrap();
+    api.replace_status(name, &Default::default(), &allocated)
+        .await
+        .expect("the allocation written as the scheduler does");
+    let st = ClaimStatus { client, driver: dra::DRIVER.into(), pool: "dra-test-node".into() };
+    let data = json!({"interfaceName": "dra0", "ips": ["10.61.0.5/24"], "hardwareAddress": "aa:bb:cc:00:00:02"});
+    apply_status(&st, &format!("default/{name}"), &[("pci-0000-3b-00-2".into(), data.clone())])
+        .await
+        .expect("the API server accepts the networkData");
+    let got = serde_json::to_value(api.get(name).await.expect("reading the claim").status).unwrap();
+    assert_eq!(
+        got["devices"],
+        json!([{"driver": dra::DRIVER, "pool": "dra-test-node", "device": "pci-0000-3b-00-2", "networkData": data}])
+    );
+    assert_eq!(got["allocation"]["devices"]["results"][0]["device"], "pci-0000-3b-00-2", "the allocation untouched");
+    apply_status(&st, &format!("default/{name}"), &[]).await.expect("taking the entries out");
+    let got = serde_json::to_value(api.get(name).await.expect("reading the claim").status).unwrap();
+    assert!(got["devices"].as_array().is_none_or(|d| d.is_empty()), "{got}");
+    api.delete(name, &Default::default()).await.expect("deleting the claim");
 }
 
 /// The attach's `networkData`: the driver's entries in the claim's `status.devices`, applied server-side by the
