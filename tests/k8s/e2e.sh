@@ -36,10 +36,11 @@ case "$NODE_B" in "" | crio | none) ;; *) die "K8S_NODE_B=$NODE_B: the second no
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
 # Node B's files, last: crio.sh (its shell, its DaemonSet pod) before cluster.sh (across the nodes).
 NODE_B_FILES="crio.sh cluster.sh"
-# Scenario files a full run leaves out, run only when K8S_ONLY names them: the NRI plugin (off by default);
+# Scenario files a full run leaves out, run only when K8S_ONLY names them: the NRI plugin and the DRA attach (both
+# off by default);
 # whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node
 # refuses (cluster.sh shows whereabouts across both nodes in a namespace the policy admits).
-OPT_FILES="nri.sh whereabouts.sh"
+OPT_FILES="nri.sh whereabouts.sh draattach.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -295,6 +296,7 @@ expected_of() {
     dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-claim-config dra-beside-device-plugin \
       dra-unprepare dra-bad-config-vlan dra-bad-config-policy dra-off-again ;;
     nri.sh) set -- nri-plugin-registered nri-nccl-env nri-own-variable-kept nri-no-record-no-env nri-off-again ;;
+    draattach.sh) set -- dra-attach-run-pod-sandbox dra-attach-network-data dra-attach-stop-gives-back dra-attach-off-again ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
