@@ -24,6 +24,11 @@ command -v gcc >/dev/null || need+=(gcc)
 [ -x /usr/bin/curl ] || need+=(curl)
 # conmon, CRI-O's container monitor, for node B of the Kubernetes test (K8S_NODE_B=crio: tests/k8s/build-node-crio.sh).
 [ -x /usr/bin/conmon ] || need+=(conmon)
+# Open MPI 4.1 + UCX 1.13 (mpicc, orterun, orted, their components) and socat for the MPI image of the Kubernetes
+# test's all-reduce across four pods (tests/k8s/build-images.sh, collective.sh).
+command -v mpicc >/dev/null && [ -x /usr/bin/orted ] || need+=(openmpi-bin libopenmpi-dev)
+[ -e /usr/lib/x86_64-linux-gnu/libucp.so.0 ] || need+=(libucx0)
+command -v socat >/dev/null || need+=(socat)
 # The PCI ID database sriovdp reads, in its image on the Kubernetes node (tests/k8s/build-images.sh).
 [ -e /usr/share/misc/pci.ids ] || need+=(pci.ids)
 if [ ${#need[@]} -gt 0 ]; then

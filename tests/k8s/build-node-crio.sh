@@ -7,7 +7,7 @@
 #   - CRI-O's configuration (node/crio.conf: vfs storage, runc, conmon, pinns, no host-port mapping), the image
 #     policy, node B's CNI configuration (node/00-multus-crio.conf) and crictl's;
 #   - the images the node needs, in containers/storage under /var/lib/containers/storage (vfs), loaded with podman
-#     from the images build-images.sh made (the sandbox image, the pods' image, the installer image).
+#     from the images build-images.sh made (the sandbox image, the pods' image, the MPI image, the installer image).
 #   build-node-crio.sh OUT.cpio          (after build-node.sh: the images must exist)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,7 +33,7 @@ cp "$here/node/crictl-crio.yaml" "$root/etc/crictl.yaml"
 # containers/storage as CRI-O reads it: podman writes it with its own root and the vfs driver (its run root is
 # thrown away; CRI-O makes its own under /run).
 store=(--root "$root/var/lib/containers/storage" --runroot "$root/.runroot" --storage-driver vfs)
-for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 "localhost/sriov-rdma:$version"; do
+for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 localhost/sriov-rdma-mpi:1 "localhost/sriov-rdma:$version"; do
   "$PODMAN" image exists "$img" || die "no image $img (tests/k8s/build-images.sh, make image)"
   "$PODMAN" save -q --format oci-archive -o "$root/.img.tar" "$img" >/dev/null || die "podman save $img failed"
   "$PODMAN" "${store[@]}" load -q -i "$root/.img.tar" >/dev/null || die "podman load of $img into vfs storage failed"

@@ -20,7 +20,6 @@ cl_fail_rest() { # cl_fail_rest WHY NAME...: scenarios that cannot run, each a F
   local w=$1 n; shift
   for n in "$@"; do fail "$n" "$w"; done
 }
-xaddr() { xin "$1" "$2" "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
 # add_ms SHELL NS POD: the plugin's ADD for the pod's sandbox, first to last line of its log on that node
 add_ms() {
   local sb log p
@@ -33,30 +32,11 @@ add_ms() {
 }
 # xnad NS NAME RESOURCE VLAN: a NAD of the cross-node range (whereabouts), MTU 9000
 xnad() { mknad "$1" "$2" "$3" '"vlan":'"$4"',"spoofchk":"on","mtu":9000,"ipam":{"type":"whereabouts","range":"'"$XRANGE"'"}'; }
-# the IPPool's allocations as sorted lines "ADDRESS PODREF"
-xallocs() {
-  k -n kube-system get ippools.whereabouts.cni.cncf.io "$XPOOL" -o json 2>/dev/null \
-    | python3 -c 'import ipaddress, json, sys
-a = json.load(sys.stdin)["spec"].get("allocations") or {}
-for o, v in a.items(): print(ipaddress.ip_address("10.79.0.0") + int(o), v.get("podref", ""))' 2>/dev/null | sort
-}
-# xallocs_are LINE...: the pool holds exactly these (waits up to 30 s); sets XGOT
-xallocs_are() {
-  local want
-  want=$(printf '%s\n' "$@" | grep . | sort)
-  for _ in $(seq 1 30); do XGOT=$(xallocs); [ "$XGOT" = "$want" ] && return 0; sleep 1; done
-  return 1
-}
 
 # --- cluster-nodes: both nodes Ready, node B's shell there, one node policy on both (from one ConfigMap), whereabouts
 #     on both, the RDMA character devices on node B (its pods mount /dev/infiniband as node A's do; both nodes load
 #     ib_uverbs and rdma_ucm at boot) ---
-why=""
-for n in localhost "$NODEB"; do
-  [ "$(k get node "$n" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] || why="$why node $n not Ready;"
-done
-[ "$(k -n kube-system get pod node-debug-b -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] \
-  || why="$why no shell on $NODEB (crio.sh);"
+why=$(two_nodes_why)
 if [ -n "$why" ]; then
   cl_fail_rest "$why" $CLUSTER_SCENARIOS
   return 0
@@ -104,7 +84,7 @@ if [ -n "$xup" ]; then
   [ "$(printf '%s\n' "$XA" "$XB" "$YA" | sort -u | wc -l)" = 3 ] || why="$why an address given twice: $XA $XB $YA;"
   [ "$(k -n "$XNS" get pod xa -o 'jsonpath={.spec.nodeName}')" = localhost ] || why="$why xa not on node A;"
   [ "$(k -n "$XNS" get pod xb -o 'jsonpath={.spec.nodeName}')" = "$NODEB" ] || why="$why xb not on node B;"
-  xallocs_are "$XA $XNS/xa" "$XB $XNS/xb" "$YA $YNS/ya" || why="$why the IPPool $XPOOL holds '$(echo "$XGOT" | tr '\n' ';')';"
+  wb_allocs_are "$XPOOL" "$XA $XNS/xa" "$XB $XNS/xb" "$YA $YNS/ya" || why="$why the IPPool $XPOOL holds '$(echo "$WB_GOT" | tr '\n' ';')';"
   rowa=$(onnode "/usr/sbin/ip link show $PF2 | grep ' vf '" 2>/dev/null); rowb=$(onb "/usr/sbin/ip link show $PFB | grep ' vf '" 2>/dev/null)
   echo "$rowa" | grep -q 'vlan 302.*spoof checking on.*trust off' || why="$why no row with vlan 302, spoofchk on, trust off on node A's $PF2;"
   echo "$rowb" | grep -q 'vlan 302.*spoof checking on.*trust off' || why="$why no row with vlan 302 on $PFB;"
@@ -248,7 +228,7 @@ fi
 k -n "$XNS" delete deployment trainer --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1
 for _ in $(seq 1 120); do [ -z "$(tpod)" ] && break; sleep 1; done
 why=""
-xallocs_are || why="the IPPool still holds '$(echo "$XGOT" | tr '\n' ';')';"
+wb_allocs_are "$XPOOL" || why="the IPPool still holds '$(echo "$WB_GOT" | tr '\n' ';')';"
 for _ in $(seq 1 60); do XA_NOW=$(node_snap); XB_NOW=$(snapb); [ "$XA_NOW" = "$XA_BEFORE" ] && [ "$XB_NOW" = "$XB_BEFORE" ] && break; sleep 1; done
 [ "$XA_NOW" = "$XA_BEFORE" ] || why="$why node A differs: $(diff <(echo "$XA_BEFORE") <(echo "$XA_NOW") | tr '\n' ';');"
 [ "$XB_NOW" = "$XB_BEFORE" ] || why="$why node B differs: $(diff <(echo "$XB_BEFORE") <(echo "$XB_NOW") | tr '\n' ';');"

@@ -18,7 +18,7 @@
 #       runtime is CRI-O v1.36.3 (conmon, pinns, the same runc), tainted NoSchedule so that every scenario of node A
 #       stays there, joined to node A by one Ethernet wire (a UDP datagram socket on 127.0.0.1 between the two
 #       guests' PF hubs). It boots after node A's scenario files, before crio.sh (its own scenarios) and cluster.sh
-#       (across the two nodes). A full run has it; K8S_ONLY has it when it names crio.sh or cluster.sh;
+#       (across the two nodes). A full run has it; K8S_ONLY has it when it names crio.sh, cluster.sh or collective.sh;
 #       K8S_NODE_B=none leaves it and those two files out of a full run.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -39,16 +39,17 @@ NODE_B_FILES="crio.sh cluster.sh"
 # Scenario files a full run leaves out, run only when K8S_ONLY names them: the NRI plugin and the DRA attach (both
 # off by default);
 # whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node
-# refuses (cluster.sh shows whereabouts across both nodes in a namespace the policy admits).
-OPT_FILES="nri.sh whereabouts.sh draattach.sh"
+# refuses (cluster.sh shows whereabouts across both nodes in a namespace the policy admits);
+# collective.sh (an all-reduce across four pods on both nodes, after crio.sh), until it passes.
+OPT_FILES="nri.sh whereabouts.sh draattach.sh collective.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
     case " $FILES $NODE_B_FILES $OPT_FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES $NODE_B_FILES $OPT_FILES)" ;; esac
-    # scenarios.sh runs its own includes; cluster.sh uses crio.sh's shell on node B.
+    # scenarios.sh runs its own includes; cluster.sh and collective.sh use crio.sh's shell on node B.
     case $f in
       scenarios.sh) ONLY="$ONLY scenarios.sh rdma.sh devices.sh tenants.sh ops.sh" ;;
-      cluster.sh) ONLY="$ONLY crio.sh cluster.sh" ;;
+      cluster.sh | collective.sh) ONLY="$ONLY crio.sh $f" ;;
       *) ONLY="$ONLY $f" ;;
     esac
   done
@@ -305,6 +306,7 @@ expected_of() {
       crio-node-crash crio-node-crash-then-delete ;;
     cluster.sh) set -- cluster-nodes cluster-whereabouts cluster-ping cluster-rdma-rping cluster-rdma-write-bw \
       cluster-vlan-isolation pod-start-per-runtime drain-evicts-and-restores uncordon-reschedules cluster-delete-restores ;;
+    collective.sh) set -- collective-pods collective-allreduce collective-delete-restores ;;
   esac
   printf '%s\n' "$@"
 }
@@ -380,7 +382,8 @@ placement() {
   [ -z "${PODNODE:-}" ] || printf '  nodeSelector: { kubernetes.io/hostname: %s }\n  tolerations: [{ key: %s, operator: Exists, effect: NoSchedule }]\n' "$PODNODE" "${NODEB_TAINT%%=*}"
 }
 pod_top() { # pod_top NAME NAMESPACE NETWORKS: a Pod's lines down to its worker container's command (on node PODNODE
-            # when set), net1 from the network selection elements NETWORKS
+            # when set), net1 from the network selection elements NETWORKS; PODIMAGE and PODCMD (a JSON array)
+            # replace its image and command
   cat <<EOF
 apiVersion: v1
 kind: Pod
@@ -395,9 +398,9 @@ spec:
 $(placement)
   containers:
     - name: worker
-      image: localhost/sriov-rdma-pod:1
+      image: ${PODIMAGE:-localhost/sriov-rdma-pod:1}
       imagePullPolicy: Never
-      command: ["sleep", "1000000"]
+      command: ${PODCMD:-'["sleep", "1000000"]'}
 EOF
 }
 vf_pod() { # vf_pod NAME NAD RESOURCE: an unprivileged pod in default asking for one VF of RESOURCE, net1 on NAD
@@ -425,11 +428,23 @@ $([ "$3" = - ] || printf '      resources:\n        requests: { "%s": "1" }\n   
 EOF
 }
 xin() { k -n "$1" exec "$2" -- sh -c "$3"; } # xin NS POD CMD
+# xaddr NS POD: the pod's net1 IPv4 address
+xaddr() { xin "$1" "$2" "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
 # up_in NS POD: Ready and net1 with carrier (up to 240 s)
 up_in() {
   k -n "$1" wait --for=condition=Ready "pod/$2" --timeout=240s >/dev/null 2>&1 || return 1
   for _ in $(seq 1 100); do [ "$(xin "$1" "$2" 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] && return 0; sleep 0.2; done
   return 1
+}
+# two_nodes_why: what keeps a file of both nodes (cluster.sh, collective.sh) from running: a node not Ready, no
+# shell on node B (crio.sh's); nothing when both are there
+two_nodes_why() {
+  local n
+  for n in localhost "$NODEB"; do
+    [ "$(k get node "$n" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] || printf ' node %s not Ready;' "$n"
+  done
+  [ "$(k -n kube-system get pod node-debug-b -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] \
+    || printf ' no shell on %s (crio.sh);' "$NODEB"
 }
 # whereabouts v0.9.2 (cluster-wide IPAM; built from its Go module into the node's /opt/cni/bin):
 # wb_install SHELL applies its CRDs from that module and writes its node configuration
@@ -446,6 +461,22 @@ wb_install() {
   "$1" 'mkdir -p /etc/cni/net.d/whereabouts.d && printf "%s\n" "{\"datastore\":\"kubernetes\",\"kubernetes\":{\"kubeconfig\":\"/k8s/run/kubeconfig\"},\"log_file\":\"/var/log/whereabouts.log\",\"log_level\":\"debug\"}" > /etc/cni/net.d/whereabouts.d/whereabouts.conf && test -x /opt/cni/bin/whereabouts' \
     > "$work/wb-node-$1" 2>&1 || err="$err whereabouts on the node ($1): $(tr '\n' ' ' < "$work/wb-node-$1");"
   printf '%s' "$err"
+}
+# wb_allocs POOL: the whereabouts IPPool kube-system/POOL's allocations (POOL: ADDRESS-PREFIXLEN, as whereabouts
+# names it) as sorted lines "ADDRESS PODREF"
+wb_allocs() {
+  k -n kube-system get ippools.whereabouts.cni.cncf.io "$1" -o json 2>/dev/null \
+    | python3 -c 'import ipaddress, json, sys
+a = json.load(sys.stdin)["spec"].get("allocations") or {}
+for o, v in a.items(): print(ipaddress.ip_address(sys.argv[1].split("-")[0]) + int(o), v.get("podref", ""))' "$1" 2>/dev/null | sort
+}
+# wb_allocs_are POOL LINE...: the pool holds exactly these (waits up to 30 s); sets WB_GOT
+wb_allocs_are() {
+  local pool=$1 want
+  shift
+  want=$(printf '%s\n' "$@" | grep . | sort)
+  for _ in $(seq 1 30); do WB_GOT=$(wb_allocs "$pool"); [ "$WB_GOT" = "$want" ] && return 0; sleep 1; done
+  return 1
 }
 # gid_at SHELL NS POD ADDR: the GID index doctor reports on the pod's node for net1 (ADDR) of the pod's netns
 # (the container's first process, found with crictl on that node: containerd and CRI-O both give its pid)
@@ -633,7 +664,7 @@ if [ -n "$ONLY" ]; then
   say "K8S_ONLY: running only$ONLY"
   for f in $K8S_ONLY; do
     case " $K8S_ONLY " in *" scenarios.sh "*) case $f in rdma.sh|devices.sh|tenants.sh|ops.sh) continue ;; esac ;; esac
-    case " $K8S_ONLY " in *" crio.sh "*) ;; *) [ "$f" = cluster.sh ] && include crio.sh ;; esac
+    case " $K8S_ONLY " in *" crio.sh "*) ;; *) case $f in cluster.sh | collective.sh) [ -n "${CRIO_DONE:-}" ] || include crio.sh; CRIO_DONE=1 ;; esac ;; esac
     include "$f"
   done
 else
