@@ -48,8 +48,11 @@ done
 onnode 'grep -q team-b /etc/sriov-rdma/policy.json' 2>/dev/null && onb 'grep -q team-b /etc/sriov-rdma/policy.json' 2>/dev/null \
   || why="$why the node policy with team-b is not on both nodes;"
 why="$why$(wb_install onnode)$(wb_install onb)"
-onb 'modprobe -a rdma_rxe ib_uverbs rdma_ucm && test -c /dev/infiniband/rdma_cm' >/dev/null 2>&1 \
-  || why="$why no /dev/infiniband/rdma_cm on $NODEB after modprobe;"
+# The RDMA modules are loaded at boot (the initramfs's); modprobe only where they are not (the node has no module tree).
+for sh in onnode onb; do
+  "$sh" 'test -c /dev/infiniband/rdma_cm || modprobe -a rdma_rxe ib_uverbs rdma_ucm; test -c /dev/infiniband/rdma_cm' >/dev/null 2>&1 \
+    || why="$why no /dev/infiniband/rdma_cm ($sh);"
+done
 cnad() { mknad "$CNS" "$1" "$2" '"vlan":302,"spoofchk":"on","mtu":9000,"ipam":{"type":"whereabouts","range":"'"$CRANGE"'"}'; }
 { cnad net-ca sriov-rdma/pf2; echo ---; cnad net-cb sriov-rdma/pfb; } | k apply -f - >/dev/null 2>&1 || why="$why kubectl apply of the NADs failed;"
 CA_BEFORE=$(node_snap); CB_BEFORE=$(snapb)
