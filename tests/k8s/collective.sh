@@ -112,14 +112,16 @@ if [ -n "$cup" ]; then
     for p in $CPODS; do CPKT[$p]=$(rxe_pkts "$p" "${CDEV[$p]}"); done
     hosts=$(printf '%s,' "${CADDR[c0]}" "${CADDR[c1]}" "${CADDR[c2]}" "${CADDR[c3]}"); hosts=${hosts%,}
     t=$(date +%s%3N)
+    # mpirun's output to a file in c0, not to the exec's stream: mpi-rsh processes left after a failed launch would
+    # hold that open and kubectl exec would not return.
     out=$(cin c0 "SHELL=/bin/sh OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 4 --host $hosts --map-by node \
       --mca plm_rsh_agent /usr/bin/mpi-rsh --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include net1 \
       --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl self \
-      /tmp/rank $COLL_N $COLL_ITERS" 2>&1); rc=$?
+      /tmp/rank $COLL_N $COLL_ITERS > /tmp/mpirun.out 2>&1; rc=\$?; cat /tmp/mpirun.out; exit \$rc" 2>&1); rc=$?
     ms=$(( $(date +%s%3N) - t ))
     ok=$(echo "$out" | grep -c "^allreduce rank [0-3] of 4 on c[0-3]: $COLL_N doubles x $COLL_ITERS, ok, ")
     ranks=$(echo "$out" | sed -n 's/^allreduce rank \([0-3]\) of 4 on \(c[0-3]\): .*, \([0-9.]*\) s$/\2:\3/p' | sort | tr '\n' ' ')
-    [ "$rc" = 0 ] && [ "$ok" = 4 ] || why="$why mpirun rc=$rc, $ok/4 ranks ok: $(echo "$out" | tail -8 | tr '\n' ' ');"
+    [ "$rc" = 0 ] && [ "$ok" = 4 ] || why="$why mpirun rc=$rc, $ok/4 ranks ok: $(echo "$out" | grep -m6 'UCX\|rror' | tr '\n' ' ') ... $(echo "$out" | tail -4 | tr '\n' ' ');"
     [ "$(echo "$ranks" | grep -o 'c[0-3]:' | sort -u | wc -l)" = 4 ] || why="$why not one rank in each pod: '$ranks';"
     # At least the vector's bytes in 4096-byte RoCE packets, sent and received, in every pod.
     min=$(( COLL_N * 8 / 4096 ))
