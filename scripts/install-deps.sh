@@ -28,6 +28,8 @@ command -v gcc >/dev/null || need+=(gcc)
 # test's all-reduce across four pods (tests/k8s/build-images.sh, collective.sh).
 command -v mpicc >/dev/null && [ -x /usr/bin/orted ] || need+=(openmpi-bin libopenmpi-dev)
 [ -e /usr/lib/x86_64-linux-gnu/libucp.so.0 ] || need+=(libucx0)
+# ucx_info (what UCX sees of each pod's RDMA device, printed by collective.sh)
+command -v ucx_info >/dev/null || need+=(ucx-utils)
 command -v socat >/dev/null || need+=(socat)
 # The PCI ID database sriovdp reads, in its image on the Kubernetes node (tests/k8s/build-images.sh).
 [ -e /usr/share/misc/pci.ids ] || need+=(pci.ids)

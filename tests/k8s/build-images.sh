@@ -6,8 +6,9 @@
 #                                  rping, ib_write_bw, ...) with their libraries and the rxe provider
 #   localhost/sriov-rdma-mpi:1     the pods' image plus Open MPI 4.1 (Debian's openmpi-bin, libopenmpi3: orterun,
 #                                  orted, their components), PMIx, hwloc, libevent, UCX 1.13 (libucx0) with its
-#                                  transport modules, socat, our allreduce (images/allreduce.c, built with mpicc) and
-#                                  the test-only remote shell agent (images/mpi-rsh, mpi-rshd): collective.sh
+#                                  transport modules, ucx_info, socat, our allreduce (images/allreduce.c, built
+#                                  with mpicc) and the test-only remote shell agent (images/mpi-rsh, mpi-rshd):
+#                                  collective.sh
 #   localhost/sriov-rdma:VERSION   the installer image `make image` built (must exist)
 #   localhost/sriov-rdma:VERSION-upgrade   the same build, each binary with a marker appended (a static ELF runs
 #                                  with trailing bytes): helm.sh upgrades to it and tells it apart by checksum
@@ -57,7 +58,8 @@ tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/
 # found from the compiled-in prefix), each shared object with its libraries, and a loader cache for the multiarch
 # directories.
 command -v mpicc >/dev/null && [ -x /usr/bin/orted ] && [ -e /usr/lib/x86_64-linux-gnu/libucp.so.0 ] && command -v socat >/dev/null \
-  || die "no Open MPI / UCX / socat (Debian packages openmpi-bin, libopenmpi-dev, libucx0, socat: scripts/install-deps.sh)"
+  && command -v ucx_info >/dev/null \
+  || die "no Open MPI / UCX / socat (Debian packages openmpi-bin, libopenmpi-dev, libucx0, ucx-utils, socat: scripts/install-deps.sh)"
 cp -a "$root" "$work/mpi"
 root=$work/mpi
 mpicc -O2 -Wall -o "$work/allreduce" "$here/images/allreduce.c" || die "compiling images/allreduce.c with mpicc failed"
@@ -65,6 +67,7 @@ copy_bin "$work/allreduce" /usr/bin/allreduce
 for b in orterun orted; do copy_bin "/usr/bin/$b" "/usr/bin/$b"; done
 ln -s orterun "$root/usr/bin/mpirun"
 copy_bin "$(command -v socat)" /usr/bin/socat
+copy_bin "$(command -v ucx_info)" /usr/bin/ucx_info
 install -m 0755 "$here/images/mpi-rsh" "$here/images/mpi-rshd" "$root/usr/bin/"
 for so in /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so \
           /usr/lib/x86_64-linux-gnu/ucx/*.so.0; do

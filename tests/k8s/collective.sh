@@ -93,7 +93,12 @@ fi
 
 # --- collective-allreduce: Soft-RoCE on each pod's net1, the GID index doctor reports on its node, mpirun in c0
 #     over the four pods (one rank each), pml ucx on the pod's rxe device only; every rank's sum right, and every
-#     pod's rxe device sent and received at least the vector's size in RoCE packets while it ran ---
+#     pod's rxe device sent and received at least the vector's size in RoCE packets while it ran. The transports
+#     are tried in turn (COLL_TLS: UCX_TLS values, the first that passes counts, each other's failure printed):
+#     ud_verbs first (connectionless, the one UCX 1.13 keeps working where rc fails on Soft-RoCE), then rc_verbs.
+#     What UCX sees of each pod's device (ucx_info -d), the GID it is given and each try's whole output are kept in
+#     the logs (collective-*) ---
+COLL_TLS=${COLL_TLS:-self,ud_verbs self,rc_verbs}
 if [ -n "$cup" ]; then
   why=""; i=0
   declare -gA CDEV CGID CPKT
@@ -102,42 +107,59 @@ if [ -n "$cup" ]; then
     case $p in c0|c1) sh=onnode ;; *) sh=onb ;; esac
     cin "$p" "rdma link add ${CDEV[$p]} type rxe netdev net1" >/dev/null 2>&1 || why="$why rdma link add in $p failed;"
     CGID[$p]=$(gid_at "$sh" "$CNS" "$p" "${CADDR[$p]}") || why="$why no GID index for $p;"
-    # The rank's environment in its pod: its device, its GID index, no transport but the verbs ones and self.
-    cin "$p" "printf '%s\n' '#!/bin/sh' 'export UCX_NET_DEVICES=${CDEV[$p]}:1 UCX_IB_GID_INDEX=${CGID[$p]} UCX_TLS=self,rc_verbs,ud_verbs' \
+    # The rank's environment in its pod: its device and GID index; UCX_TLS comes from mpirun (-x).
+    cin "$p" "printf '%s\n' '#!/bin/sh' 'export UCX_NET_DEVICES=${CDEV[$p]}:1 UCX_IB_GID_INDEX=${CGID[$p]}' \
       'ulimit -l unlimited 2>/dev/null' 'exec /usr/bin/allreduce \"\$@\"' > /tmp/rank && chmod 755 /tmp/rank" >/dev/null 2>&1 \
       || why="$why writing /tmp/rank in $p failed;"
   done
   if [ -z "$why" ]; then
     say "collective: rxe devices and GID indexes from doctor: $(for p in $CPODS; do printf '%s %s/%s ' "$p" "${CDEV[$p]}" "${CGID[$p]}"; done)"
-    for p in $CPODS; do CPKT[$p]=$(rxe_pkts "$p" "${CDEV[$p]}"); done
-    hosts=$(printf '%s,' "${CADDR[c0]}" "${CADDR[c1]}" "${CADDR[c2]}" "${CADDR[c3]}"); hosts=${hosts%,}
-    t=$(date +%s%3N)
-    # mpirun's output to a file in c0, not to the exec's stream: mpi-rsh processes left after a failed launch would
-    # hold that open and kubectl exec would not return.
-    out=$(cin c0 "SHELL=/bin/sh OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 4 --host $hosts --map-by node \
-      --mca plm_rsh_agent /usr/bin/mpi-rsh --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include net1 \
-      --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl self \
-      /tmp/rank $COLL_N $COLL_ITERS > /tmp/mpirun.out 2>&1; rc=\$?; cat /tmp/mpirun.out; exit \$rc" 2>&1); rc=$?
-    ms=$(( $(date +%s%3N) - t ))
-    ok=$(echo "$out" | grep -c "^allreduce rank [0-3] of 4 on c[0-3]: $COLL_N doubles x $COLL_ITERS, ok, ")
-    ranks=$(echo "$out" | sed -n 's/^allreduce rank \([0-3]\) of 4 on \(c[0-3]\): .*, \([0-9.]*\) s$/\2:\3/p' | sort | tr '\n' ' ')
-    [ "$rc" = 0 ] && [ "$ok" = 4 ] || why="$why mpirun rc=$rc, $ok/4 ranks ok: $(echo "$out" | grep -m6 'UCX\|rror' | tr '\n' ' ') ... $(echo "$out" | tail -4 | tr '\n' ' ');"
-    [ "$(echo "$ranks" | grep -o 'c[0-3]:' | sort -u | wc -l)" = 4 ] || why="$why not one rank in each pod: '$ranks';"
-    # At least the vector's bytes in 4096-byte RoCE packets, sent and received, in every pod.
-    min=$(( COLL_N * 8 / 4096 ))
-    pk=""
     for p in $CPODS; do
-      now=$(rxe_pkts "$p" "${CDEV[$p]}")
-      read -r s0 r0 <<< "${CPKT[$p]}"; read -r s1 r1 <<< "$now"
-      ds=$(( ${s1:-0} - ${s0:-0} )); dr=$(( ${r1:-0} - ${r0:-0} ))
-      pk="$pk $p ${CDEV[$p]} +$ds/+$dr;"
-      [ -n "$s0" ] && [ -n "$s1" ] && [ "$ds" -ge "$min" ] && [ "$dr" -ge "$min" ] \
-        || why="$why $p's ${CDEV[$p]} sent/received '${CPKT[$p]}' → '$now' packets, fewer than $min each way;"
+      d=${CDEV[$p]}; g=${CGID[$p]}
+      cin "$p" "echo gid $g: \$(cat /sys/class/infiniband/$d/ports/1/gids/$g /sys/class/infiniband/$d/ports/1/gid_attrs/types/$g); \
+        ibv_devinfo -d $d 2>&1 | grep -E 'state|active_mtu|link_layer'; UCX_NET_DEVICES=$d:1 UCX_IB_GID_INDEX=$g ucx_info -d 2>&1" \
+        > "$logs/collective-ucx_info-$p.txt" 2>&1
+      echo "  $p: $(head -1 "$logs/collective-ucx_info-$p.txt"); UCX sees: $(grep -E 'Transport:|Device:' "$logs/collective-ucx_info-$p.txt" | awk '{ print $NF }' | tr '\n' ' ')"
     done
-    if [ -z "$why" ]; then
-      pass "collective-allreduce(MPI_Allreduce of $COLL_N doubles x $COLL_ITERS across 4 pods on 2 nodes, Open MPI + UCX over Soft-RoCE on net1: every rank's sum right; mpirun $ms ms, ranks' time in s $ranks; rxe packets sent/received:$pk)"
+    hosts=$(printf '%s,' "${CADDR[c0]}" "${CADDR[c1]}" "${CADDR[c2]}" "${CADDR[c3]}"); hosts=${hosts%,}
+    min=$(( COLL_N * 8 / 4096 ))
+    tries=""; done_tls=""
+    for tls in $COLL_TLS; do
+      twhy=""
+      for p in $CPODS; do CPKT[$p]=$(rxe_pkts "$p" "${CDEV[$p]}"); done
+      t=$(date +%s%3N)
+      # mpirun's output to a file in c0, not to the exec's stream: mpi-rsh processes left after a failed launch
+      # would hold that open and kubectl exec would not return.
+      out=$(cin c0 "SHELL=/bin/sh OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 150 mpirun -np 4 --host $hosts --map-by node \
+        --mca plm_rsh_agent /usr/bin/mpi-rsh --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include net1 \
+        --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca pml_ucx_verbose 2 --mca btl self \
+        -x UCX_TLS=$tls -x UCX_LOG_LEVEL=info /tmp/rank $COLL_N $COLL_ITERS > /tmp/mpirun.out 2>&1; rc=\$?; cat /tmp/mpirun.out; exit \$rc" 2>&1); rc=$?
+      ms=$(( $(date +%s%3N) - t ))
+      printf '%s\n' "$out" > "$logs/collective-mpirun-${tls//,/-}.txt"
+      # what is left of a failed try (orted, ranks) in every pod, before the next
+      for p in $CPODS; do cin "$p" "pkill -KILL -x orted; pkill -KILL -x allreduce" >/dev/null 2>&1; done
+      ok=$(echo "$out" | grep -c "^allreduce rank [0-3] of 4 on c[0-3]: $COLL_N doubles x $COLL_ITERS, ok, ")
+      ranks=$(echo "$out" | sed -n 's/^allreduce rank \([0-3]\) of 4 on \(c[0-3]\): .*, \([0-9.]*\) s$/\2:\3/p' | sort | tr '\n' ' ')
+      [ "$rc" = 0 ] && [ "$ok" = 4 ] || twhy="$twhy mpirun rc=$rc, $ok/4 ranks ok: $(echo "$out" | grep -m8 'UCX \|Assert\|rror\|signal' | cut -c1-220 | tr '\n' ' ') ... $(echo "$out" | tail -3 | tr '\n' ' ');"
+      [ "$(echo "$ranks" | grep -o 'c[0-3]:' | sort -u | wc -l)" = 4 ] || twhy="$twhy not one rank in each pod: '$ranks';"
+      # At least the vector's bytes in 4096-byte RoCE packets, sent and received, in every pod.
+      pk=""
+      for p in $CPODS; do
+        now=$(rxe_pkts "$p" "${CDEV[$p]}")
+        read -r s0 r0 <<< "${CPKT[$p]}"; read -r s1 r1 <<< "$now"
+        ds=$(( ${s1:-0} - ${s0:-0} )); dr=$(( ${r1:-0} - ${r0:-0} ))
+        pk="$pk $p ${CDEV[$p]} +$ds/+$dr;"
+        [ -n "$s0" ] && [ -n "$s1" ] && [ "$ds" -ge "$min" ] && [ "$dr" -ge "$min" ] \
+          || twhy="$twhy $p's ${CDEV[$p]} sent/received '${CPKT[$p]}' → '$now' packets, fewer than $min each way;"
+      done
+      echo "  UCX_TLS=$tls: mpirun rc=$rc in $ms ms, $ok/4 ranks ok, rxe packets sent/received:$pk"
+      if [ -z "$twhy" ]; then done_tls=$tls; break; fi
+      tries="$tries [UCX_TLS=$tls:$twhy]"
+    done
+    if [ -n "$done_tls" ]; then
+      pass "collective-allreduce(MPI_Allreduce of $COLL_N doubles x $COLL_ITERS across 4 pods on 2 nodes, Open MPI + UCX_TLS=$done_tls over Soft-RoCE on net1: every rank's sum right; mpirun $ms ms, ranks' time in s $ranks; rxe packets sent/received:$pk${tries:+; failed before it:$tries})"
     else
-      fail collective-allreduce "$why"
+      fail collective-allreduce "no UCX_TLS of '$COLL_TLS' passed:$tries"
     fi
   else
     fail collective-allreduce "$why"
