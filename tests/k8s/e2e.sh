@@ -384,6 +384,7 @@ placement() {
 pod_top() { # pod_top NAME NAMESPACE NETWORKS: a Pod's lines down to its worker container's command (on node PODNODE
             # when set), net1 from the network selection elements NETWORKS; PODIMAGE and PODCMD (a JSON array)
             # replace its image and command
+  local cmd=${PODCMD:-'["sleep", "1000000"]'}
   cat <<EOF
 apiVersion: v1
 kind: Pod
@@ -400,7 +401,7 @@ $(placement)
     - name: worker
       image: ${PODIMAGE:-localhost/sriov-rdma-pod:1}
       imagePullPolicy: Never
-      command: ${PODCMD:-'["sleep", "1000000"]'}
+      command: $cmd
 EOF
 }
 vf_pod() { # vf_pod NAME NAD RESOURCE: an unprivileged pod in default asking for one VF of RESOURCE, net1 on NAD
