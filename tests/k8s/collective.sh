@@ -95,10 +95,16 @@ fi
 #     over the four pods (one rank each), pml ucx on the pod's rxe device only; every rank's sum right, and every
 #     pod's rxe device sent and received at least the vector's size in RoCE packets while it ran. The transports
 #     are tried in turn (COLL_TLS: UCX_TLS values, the first that passes counts, each other's failure printed):
-#     ud_verbs first (connectionless, the one UCX 1.13 keeps working where rc fails on Soft-RoCE), then rc_verbs.
+#     ud_verbs first, then rc_verbs with ud_verbs (rc alone has no auxiliary transport for its wireup: "no
+#     auxiliary transport ... Destination is unreachable"). UCX's UD drops, silently, every received packet whose
+#     destination GID it does not find in its own table (UCX_UD_ETH_DGID_CHECK); with it on, the run of 7 December
+#     saw rank 0's rxe device count the 38 connection requests of the other three ranks and UCX answer none, until
+#     their endpoints timed out (ud_ep.c "unhandled timeout error", SIGABRT): COLL_UCX_ENV (passed to every rank)
+#     switches that check off.
 #     What UCX sees of each pod's device (ucx_info -d), the GID it is given and each try's whole output are kept in
 #     the logs (collective-*) ---
-COLL_TLS=${COLL_TLS:-self,ud_verbs self,rc_verbs}
+COLL_TLS=${COLL_TLS:-self,ud_verbs self,rc_verbs,ud_verbs}
+COLL_UCX_ENV=${COLL_UCX_ENV-UCX_UD_ETH_DGID_CHECK=n}
 if [ -n "$cup" ]; then
   why=""; i=0
   declare -gA CDEV CGID CPKT
@@ -133,7 +139,7 @@ if [ -n "$cup" ]; then
       out=$(cin c0 "SHELL=/bin/sh OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 150 mpirun -np 4 --host $hosts --map-by node \
         --mca plm_rsh_agent /usr/bin/mpi-rsh --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include net1 \
         --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca pml_ucx_verbose 2 --mca btl self \
-        -x UCX_TLS=$tls -x UCX_LOG_LEVEL=info /tmp/rank $COLL_N $COLL_ITERS > /tmp/mpirun.out 2>&1; rc=\$?; cat /tmp/mpirun.out; exit \$rc" 2>&1); rc=$?
+        -x UCX_TLS=$tls -x UCX_LOG_LEVEL=info $(for e in $COLL_UCX_ENV; do printf -- '-x %s ' "$e"; done)/tmp/rank $COLL_N $COLL_ITERS > /tmp/mpirun.out 2>&1; rc=\$?; cat /tmp/mpirun.out; exit \$rc" 2>&1); rc=$?
       ms=$(( $(date +%s%3N) - t ))
       printf '%s\n' "$out" > "$logs/collective-mpirun-${tls//,/-}.txt"
       # what is left of a failed try (orted, ranks) in every pod, before the next
@@ -152,12 +158,12 @@ if [ -n "$cup" ]; then
         [ -n "$s0" ] && [ -n "$s1" ] && [ "$ds" -ge "$min" ] && [ "$dr" -ge "$min" ] \
           || twhy="$twhy $p's ${CDEV[$p]} sent/received '${CPKT[$p]}' → '$now' packets, fewer than $min each way;"
       done
-      echo "  UCX_TLS=$tls: mpirun rc=$rc in $ms ms, $ok/4 ranks ok, rxe packets sent/received:$pk"
+      echo "  UCX_TLS=$tls $COLL_UCX_ENV: mpirun rc=$rc in $ms ms, $ok/4 ranks ok, rxe packets sent/received:$pk"
       if [ -z "$twhy" ]; then done_tls=$tls; break; fi
       tries="$tries [UCX_TLS=$tls:$twhy]"
     done
     if [ -n "$done_tls" ]; then
-      pass "collective-allreduce(MPI_Allreduce of $COLL_N doubles x $COLL_ITERS across 4 pods on 2 nodes, Open MPI + UCX_TLS=$done_tls over Soft-RoCE on net1: every rank's sum right; mpirun $ms ms, ranks' time in s $ranks; rxe packets sent/received:$pk${tries:+; failed before it:$tries})"
+      pass "collective-allreduce(MPI_Allreduce of $COLL_N doubles x $COLL_ITERS across 4 pods on 2 nodes, Open MPI + UCX_TLS=$done_tls $COLL_UCX_ENV over Soft-RoCE on net1: every rank's sum right; mpirun $ms ms, ranks' time in s $ranks; rxe packets sent/received:$pk${tries:+; failed before it:$tries})"
     else
       fail collective-allreduce "no UCX_TLS of '$COLL_TLS' passed:$tries"
     fi
