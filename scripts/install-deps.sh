@@ -24,13 +24,15 @@ command -v gcc >/dev/null || need+=(gcc)
 [ -x /usr/bin/curl ] || need+=(curl)
 # conmon, CRI-O's container monitor, for node B of the Kubernetes test (K8S_NODE_B=crio: tests/k8s/build-node-crio.sh).
 [ -x /usr/bin/conmon ] || need+=(conmon)
-# Open MPI 4.1 + UCX 1.13 (mpicc, orterun, orted, their components) and socat for the MPI image of the Kubernetes
-# test's all-reduce across four pods (tests/k8s/build-images.sh, collective.sh).
-command -v mpicc >/dev/null && [ -x /usr/bin/orted ] || need+=(openmpi-bin libopenmpi-dev)
-[ -e /usr/lib/x86_64-linux-gnu/libucp.so.0 ] || need+=(libucx0)
-# ucx_info (what UCX sees of each pod's RDMA device, printed by collective.sh)
-command -v ucx_info >/dev/null || need+=(ucx-utils)
-command -v socat >/dev/null || need+=(socat)
+# Only with SRIOV_RDMA_MPI=1 (tests/k8s/e2e.sh sets it when K8S_ONLY names collective.sh, which is opt-in): Open
+# MPI 4.1 + UCX 1.13 (mpicc, orterun, orted, their components), ucx_info and socat for the MPI image of the
+# Kubernetes test's all-reduce across four pods (tests/k8s/build-images.sh).
+if [ "${SRIOV_RDMA_MPI:-}" = 1 ]; then
+  command -v mpicc >/dev/null && [ -x /usr/bin/orted ] || need+=(openmpi-bin libopenmpi-dev)
+  [ -e /usr/lib/x86_64-linux-gnu/libucp.so.0 ] || need+=(libucx0)
+  command -v ucx_info >/dev/null || need+=(ucx-utils)
+  command -v socat >/dev/null || need+=(socat)
+fi
 # The PCI ID database sriovdp reads, in its image on the Kubernetes node (tests/k8s/build-images.sh).
 [ -e /usr/share/misc/pci.ids ] || need+=(pci.ids)
 if [ ${#need[@]} -gt 0 ]; then

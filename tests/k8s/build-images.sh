@@ -57,31 +57,36 @@ tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/
 # The MPI image: the pods' root and Open MPI + UCX at the paths Debian's builds look for them (their components are
 # found from the compiled-in prefix), each shared object with its libraries, and a loader cache for the multiarch
 # directories.
-command -v mpicc >/dev/null && [ -x /usr/bin/orted ] && [ -e /usr/lib/x86_64-linux-gnu/libucp.so.0 ] && command -v socat >/dev/null \
-  && command -v ucx_info >/dev/null \
-  || die "no Open MPI / UCX / socat (Debian packages openmpi-bin, libopenmpi-dev, libucx0, ucx-utils, socat: scripts/install-deps.sh)"
-cp -a "$root" "$work/mpi"
-root=$work/mpi
-mpicc -O2 -Wall -o "$work/allreduce" "$here/images/allreduce.c" || die "compiling images/allreduce.c with mpicc failed"
-copy_bin "$work/allreduce" /usr/bin/allreduce
-for b in orterun orted; do copy_bin "/usr/bin/$b" "/usr/bin/$b"; done
-ln -s orterun "$root/usr/bin/mpirun"
-copy_bin "$(command -v socat)" /usr/bin/socat
-copy_bin "$(command -v ucx_info)" /usr/bin/ucx_info
-install -m 0755 "$here/images/mpi-rsh" "$here/images/mpi-rshd" "$root/usr/bin/"
-for so in /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so \
-          /usr/lib/x86_64-linux-gnu/ucx/*.so.0; do
-  copy_bin "$so" "$so"
-done
-mkdir -p "$root/etc/openmpi" "$root/usr/share" "$root/usr/lib/x86_64-linux-gnu/pmix2"
-cp /etc/openmpi/openmpi-mca-params.conf "$root/etc/openmpi/"
-cp -r /usr/share/openmpi "$root/usr/share/"
-cp -r /usr/lib/x86_64-linux-gnu/pmix2/share "$root/usr/lib/x86_64-linux-gnu/pmix2/"
-# orterun asks for the user's shell and home (getpwuid); PMIx and the rank's UCX for the same.
-printf 'root:x:0:0:root:/root:/bin/sh\n' > "$root/etc/passwd"; printf 'root:x:0:\n' > "$root/etc/group"; mkdir -p "$root/root"
-mkdir -p "$root/etc/ld.so.conf.d"; cp /etc/ld.so.conf "$root/etc/"; cp /etc/ld.so.conf.d/*.conf "$root/etc/ld.so.conf.d/" 2>/dev/null || true
-ldconfig -r "$root" || die "ldconfig for the MPI image failed"
-tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/sbin' - localhost/sriov-rdma-mpi:1 >/dev/null
+# Only with SRIOV_RDMA_MPI=1 (collective.sh, opt-in): a full run's nodes carry no MPI image.
+mpi_image=""
+if [ "${SRIOV_RDMA_MPI:-}" = 1 ]; then
+  command -v mpicc >/dev/null && [ -x /usr/bin/orted ] && [ -e /usr/lib/x86_64-linux-gnu/libucp.so.0 ] && command -v socat >/dev/null \
+    && command -v ucx_info >/dev/null \
+    || die "no Open MPI / UCX / socat (Debian packages openmpi-bin, libopenmpi-dev, libucx0, ucx-utils, socat: SRIOV_RDMA_MPI=1 scripts/install-deps.sh)"
+  cp -a "$root" "$work/mpi"
+  root=$work/mpi
+  mpicc -O2 -Wall -o "$work/allreduce" "$here/images/allreduce.c" || die "compiling images/allreduce.c with mpicc failed"
+  copy_bin "$work/allreduce" /usr/bin/allreduce
+  for b in orterun orted; do copy_bin "/usr/bin/$b" "/usr/bin/$b"; done
+  ln -s orterun "$root/usr/bin/mpirun"
+  copy_bin "$(command -v socat)" /usr/bin/socat
+  copy_bin "$(command -v ucx_info)" /usr/bin/ucx_info
+  install -m 0755 "$here/images/mpi-rsh" "$here/images/mpi-rshd" "$root/usr/bin/"
+  for so in /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so \
+            /usr/lib/x86_64-linux-gnu/ucx/*.so.0; do
+    copy_bin "$so" "$so"
+  done
+  mkdir -p "$root/etc/openmpi" "$root/usr/share" "$root/usr/lib/x86_64-linux-gnu/pmix2"
+  cp /etc/openmpi/openmpi-mca-params.conf "$root/etc/openmpi/"
+  cp -r /usr/share/openmpi "$root/usr/share/"
+  cp -r /usr/lib/x86_64-linux-gnu/pmix2/share "$root/usr/lib/x86_64-linux-gnu/pmix2/"
+  # orterun asks for the user's shell and home (getpwuid); PMIx and the rank's UCX for the same.
+  printf 'root:x:0:0:root:/root:/bin/sh\n' > "$root/etc/passwd"; printf 'root:x:0:\n' > "$root/etc/group"; mkdir -p "$root/root"
+  mkdir -p "$root/etc/ld.so.conf.d"; cp /etc/ld.so.conf "$root/etc/"; cp /etc/ld.so.conf.d/*.conf "$root/etc/ld.so.conf.d/" 2>/dev/null || true
+  ldconfig -r "$root" || die "ldconfig for the MPI image failed"
+  tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/sbin' - localhost/sriov-rdma-mpi:1 >/dev/null
+  mpi_image=localhost/sriov-rdma-mpi:1
+fi
 
 # The upgrade image; helm.sh appends the same marker to compute the checksum it expects on the node.
 root=$work/upgrade
@@ -111,7 +116,7 @@ install -m 0755 "$anchors/sriov-cni-v2.10.0" "$root/usr/bin/sriov"
 install -m 0755 "$anchors/rdma-cni-v1.6.0" "$root/usr/bin/rdma"
 tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin' - localhost/sriov-cni:v2.10.0 >/dev/null
 
-for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 localhost/sriov-rdma-mpi:1 "localhost/sriov-rdma:$version" "localhost/sriov-rdma:$version-upgrade" \
+for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 $mpi_image "localhost/sriov-rdma:$version" "localhost/sriov-rdma:$version-upgrade" \
            localhost/sriovdp:v3.11.0 localhost/sriov-cni:v2.10.0; do
   f=$out/$(echo "${img#localhost/}" | tr ':/' '__').tar
   rm -f "$f"

@@ -33,7 +33,9 @@ cp "$here/node/crictl-crio.yaml" "$root/etc/crictl.yaml"
 # containers/storage as CRI-O reads it: podman writes it with its own root and the vfs driver (its run root is
 # thrown away; CRI-O makes its own under /run).
 store=(--root "$root/var/lib/containers/storage" --runroot "$root/.runroot" --storage-driver vfs)
-for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 localhost/sriov-rdma-mpi:1 "localhost/sriov-rdma:$version"; do
+# The MPI image only for collective.sh (SRIOV_RDMA_MPI=1, set by e2e.sh).
+mpi_image=""; [ "${SRIOV_RDMA_MPI:-}" = 1 ] && mpi_image=localhost/sriov-rdma-mpi:1
+for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 $mpi_image "localhost/sriov-rdma:$version"; do
   "$PODMAN" image exists "$img" || die "no image $img (tests/k8s/build-images.sh, make image)"
   "$PODMAN" save -q --format oci-archive -o "$root/.img.tar" "$img" >/dev/null || die "podman save $img failed"
   "$PODMAN" "${store[@]}" load -q -i "$root/.img.tar" >/dev/null || die "podman load of $img into vfs storage failed"

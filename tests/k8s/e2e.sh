@@ -71,6 +71,12 @@ comp=$("$here/build-components.sh") || die "building the components failed"
 echo "$comp" | grep -v '^component ' | sed 's/^/  /'
 dir() { echo "$comp" | awk -v n="$1" '$1 == "component" && index($2, n "-") == 1 { print $3 }'; }
 K8S=$(dir kubernetes); ETCD=$(dir etcd); HELM=$(dir helm)/helm
+# The MPI image (and the packages it is made of) only for collective.sh, which is opt-in.
+case " $ONLY " in
+  *" collective.sh "*) export SRIOV_RDMA_MPI=1
+    "$top/scripts/install-deps.sh" >/dev/null || die "installing Open MPI and UCX (SRIOV_RDMA_MPI=1 scripts/install-deps.sh) failed" ;;
+  *) export SRIOV_RDMA_MPI="" ;;
+esac
 say "building the node's archive (components, images, configuration)"
 node_cpio=$("$here/build-node.sh" "$kdir" "$cache/k8s-node.cpio") || die "building the node archive failed"
 if [ -n "$NODE_B" ]; then
