@@ -289,7 +289,7 @@ want = {('$GPU_DRIVER', 'gpu-0'), ('$DRA_DRIVER', '$dra_dev')}
 for s in d['items']:
   for x in s['spec'].get('devices', []):
     if (s['spec']['driver'], x['name']) in want: print(x['name'] + '=' + x.get('attributes', {}).get('$ROOT_ATTR', {}).get('string', '?'))" 2>&1 | sort | tr '\n' ' ')
-  [ -n "$vf_root" ] && [ "$roots" = "$dra_dev=$vf_root gpu-0=$vf_root " ] || why="$why slices' $ROOT_ATTR '$roots', node's root of $RXE2 '$vf_root';"
+  [ -n "$vf_root" ] && [ "$roots" = "gpu-0=$vf_root $dra_dev=$vf_root " ] || why="$why slices' $ROOT_ATTR '$roots', node's root of $RXE2 '$vf_root';"
   uid=$(kd get resourceclaim "${claim:-none}" -o 'jsonpath={.metadata.uid}' 2>/dev/null)
   glog | grep -q "claim $DRA_NS/$claim ($uid) prepared" || why="$why the stand-in did not prepare $claim ($uid);"
   if [ -z "$why" ]; then pass "dra-gpu-alignment(pod Running; claim $claim: $got; $ROOT_ATTR ${roots% }; the stand-in prepared it)"
