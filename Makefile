@@ -26,10 +26,12 @@ release:
 
 # The benchmarks cni-bench and netns-floor use the fake sysfs tree (the fixtures feature), which sriov-rdma is
 # built without; this builds only them, into target/release, and leaves sriov-rdma there as it is. The
-# emulated machine's initramfs carries them (tests/vm/build-initramfs.sh).
+# emulated machine's initramfs carries them (tests/vm/build-initramfs.sh). The stand-in GPU DRA driver of
+# tests/k8s/dra.sh (a device-plugin example, test code) goes onto the Kubernetes node (tests/k8s/build-node.sh).
 bench-bins:
 	$(PHASE)
 	$(CARGO) build --release --features fixtures --bin cni-bench --bin netns-floor
+	$(CARGO) build --release -p sriov-rdma-device-plugin --example standin-gpu
 
 # The installer image (FROM scratch: the static binary, entrypoint `sriov-rdma install`), built offline.
 image: deps release

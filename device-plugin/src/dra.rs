@@ -277,7 +277,8 @@ impl Registration for Driver {
     }
 }
 
-fn listen(sock: &Path) -> Result<tokio::net::UnixListener, String> {
+/// A unix socket bound at `sock`, an old one there removed first, its directory created.
+pub fn listen(sock: &Path) -> Result<tokio::net::UnixListener, String> {
     match std::fs::remove_file(sock) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -35,8 +35,8 @@ n['$DRA_NS'] = {'vlans': [0, '100-199'], 'trust': 'off'}
 print(json.dumps(d))")
 onnode "mkdir -p /etc/sriov-rdma; if [ -e /etc/sriov-rdma/policy.json ]; then cp -p /etc/sriov-rdma/policy.json /etc/sriov-rdma/.policy.json.dra-e2e; fi
         printf '%s' '$dra_pol' > /etc/sriov-rdma/.policy.json.new && mv /etc/sriov-rdma/.policy.json.new /etc/sriov-rdma/policy.json" >/dev/null 2>&1
-# template NAME PARAMETERS: a ResourceClaimTemplate of one VF of the DeviceClass, with this driver's config.
-template() {
+# claim_head NAME: a ResourceClaimTemplate up to its list of requests.
+claim_head() {
   cat <<EOF
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -45,6 +45,12 @@ spec:
   spec:
     devices:
       requests:
+EOF
+}
+# template NAME PARAMETERS: a ResourceClaimTemplate of one VF of the DeviceClass, with this driver's config.
+template() {
+  claim_head "$1"
+  cat <<EOF
         - name: vf
           exactly: { deviceClassName: sriov-rdma }
       config:
@@ -202,6 +208,134 @@ for bad in 'vlan|{"vlan": 5000}|invalid vlan 5000' "policy|{\"vlan\": 150, \"tru
   claims_gone >/dev/null
 done
 kd delete resourceclaimtemplate one-vf bad-vlan bad-policy --ignore-not-found >/dev/null 2>&1
+
+# --- dra-gpu-*: GPU alignment (opt-in, DRA_GPU=1). No GPU exists on this node: the "GPU" is a stand-in DRA driver
+# of the tests (device-plugin/examples/standin-gpu.rs, /usr/bin/standin-gpu on the node), started here on the node
+# and stopped by its PID. It registers with the kubelet as gpu.standin.sriov-rdma.test and prepares claims with no
+# CDI devices; its ResourceSlice, written here with kubectl, lists two fake GPUs: gpu-0 under the PCIe root the
+# node's sysfs shows for the DRA VF (node A's igb PFs are integrated endpoints: every VF has the same root) and
+# gpu-1 under pci0000:80, a root no VF has. A claim of one GPU and one VF with matchAttribute on
+# resource.kubernetes.io/pcieRoot must get gpu-0 and the VF; one pinned to gpu-1 must stay unallocated. ---
+if [ "${DRA_GPU:-}" = 1 ]; then
+  GPU_DRIVER=gpu.standin.sriov-rdma.test
+  GPU_SOCKS="/var/lib/kubelet/plugins_registry/$GPU_DRIVER-reg.sock /var/lib/kubelet/plugins/$GPU_DRIVER/dra.sock"
+  GPU_LOG=/run/standin-gpu.log
+  ROOT_ATTR=resource.kubernetes.io/pcieRoot
+  # The VF's root complex as the node's sysfs shows it (/sys/devices/pci<domain>:<bus>/...).
+  vf_root=$(onnode "readlink -f /sys/bus/pci/devices/$RXE2" 2>/dev/null | cut -d/ -f4)
+  # In the background of the node shell's sh (no terminal: no SIGHUP when it ends; the node's busybox has no nohup).
+  gpu_pid=$(onnode "/usr/bin/standin-gpu > $GPU_LOG 2>&1 < /dev/null & echo \$!" 2>/dev/null)
+  glog() { onnode "cat $GPU_LOG" 2>&1; }
+  reg=""
+  for _ in $(seq 1 60); do glog | grep -q "the kubelet registered driver $GPU_DRIVER" && { reg=1; break; }; sleep 1; done
+  if [ -n "$reg" ] && [ -n "$gpu_pid" ] && onnode "kill -0 $gpu_pid" 2>/dev/null; then
+    pass "dra-gpu-standin-registered(standin-gpu PID $gpu_pid on the node: the kubelet registered $GPU_DRIVER)"
+  else fail dra-gpu-standin-registered "PID '${gpu_pid:-none}'; log: $(glog | tail -3 | tr '\n' ' ')"; fi
+  cat <<EOF | k apply -f - >/dev/null
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: { name: gpu-standin }
+spec:
+  selectors:
+    - cel: { expression: 'device.driver == "$GPU_DRIVER"' }
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: { name: localhost-gpu-standin }
+spec:
+  driver: $GPU_DRIVER
+  nodeName: localhost
+  pool: { name: localhost, generation: 1, resourceSliceCount: 1 }
+  devices:
+    - name: gpu-0
+      attributes:
+        index: { int: 0 }
+        $ROOT_ATTR: { string: "${vf_root:-none}" }
+    - name: gpu-1
+      attributes:
+        index: { int: 1 }
+        $ROOT_ATTR: { string: pci0000:80 }
+EOF
+  # gpu_template NAME [CEL]: a claim of one stand-in GPU (CEL: a selector on it; CEL sees attributes, not names) and one VF under the same root.
+  gpu_template() {
+    claim_head "$1"
+    cat <<EOF
+        - name: gpu
+          exactly:
+            deviceClassName: gpu-standin
+EOF
+    [ -z "${2:-}" ] || printf '            selectors: [{ cel: { expression: %s } }]\n' "'$2'"
+    cat <<EOF
+        - name: vf
+          exactly: { deviceClassName: sriov-rdma }
+      constraints:
+        - requests: [gpu, vf]
+          matchAttribute: $ROOT_ATTR
+EOF
+  }
+
+  # --- dra-gpu-alignment: the pod runs; its claim has gpu-0 and the VF, whose slices give the same root ---
+  { gpu_template gpu-vf; echo ---; PODNS=$DRA_NS devpod gpu-pod - gpu-vf; } | k apply -f - >/dev/null
+  why=""
+  kd wait --for=condition=Ready pod/gpu-pod --timeout=180s >/dev/null 2>&1 \
+    || why="$why not Ready: $(kd get pod gpu-pod 2>&1 | tail -1) $(kd describe pod gpu-pod 2>&1 | grep -A8 Events | tail -4 | tr '\n' ' ');"
+  claim=$(kd get pod gpu-pod -o 'jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}' 2>/dev/null)
+  got=$(kd get resourceclaim "${claim:-none}" -o json 2>/dev/null | py "
+r = d.get('status', {}).get('allocation', {}).get('devices', {}).get('results', [])
+print(' '.join('%s=%s/%s/%s' % (x['request'], x['driver'], x['pool'], x['device']) for x in sorted(r, key=lambda x: x['request'])))" 2>&1)
+  [ "$got" = "gpu=$GPU_DRIVER/localhost/gpu-0 vf=$DRA_DRIVER/localhost/$dra_dev" ] || why="$why claim '$claim' allocated '$got';"
+  roots=$(k get resourceslices -o json 2>/dev/null | py "
+want = {('$GPU_DRIVER', 'gpu-0'), ('$DRA_DRIVER', '$dra_dev')}
+for s in d['items']:
+  for x in s['spec'].get('devices', []):
+    if (s['spec']['driver'], x['name']) in want: print(x['name'] + '=' + x.get('attributes', {}).get('$ROOT_ATTR', {}).get('string', '?'))" 2>&1 | sort | tr '\n' ' ')
+  [ -n "$vf_root" ] && [ "$roots" = "gpu-0=$vf_root $dra_dev=$vf_root " ] || why="$why slices' $ROOT_ATTR '$roots', node's root of $RXE2 '$vf_root';"
+  uid=$(kd get resourceclaim "${claim:-none}" -o 'jsonpath={.metadata.uid}' 2>/dev/null)
+  glog | grep -q "claim $DRA_NS/$claim ($uid) prepared" || why="$why the stand-in did not prepare $claim ($uid);"
+  if [ -z "$why" ]; then pass "dra-gpu-alignment(pod Running; claim $claim: $got; $ROOT_ATTR ${roots% }; the stand-in prepared it)"
+  else fail dra-gpu-alignment "$why"; fi
+  kd delete pod gpu-pod --wait=false >/dev/null 2>&1
+  kd wait --for=delete pod/gpu-pod --timeout=120s >/dev/null 2>&1
+  claims_gone >/dev/null
+
+  # --- dra-gpu-alignment-unsatisfiable: pinned to gpu-1 (its index; no VF under its root), the claim stays
+  # unallocated, the pod Pending with the scheduler's reason; the PF's VF table and the CDI directory unchanged ---
+  before=$(dra_node)
+  { gpu_template gpu1-vf "device.attributes[\"$GPU_DRIVER\"].index == 1"; echo ---; PODNS=$DRA_NS devpod gpu1-pod - gpu1-vf; } | k apply -f - >/dev/null
+  ev=""
+  for _ in $(seq 1 60); do
+    ev=$(kd get events --field-selector involvedObject.name=gpu1-pod -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' 2>/dev/null | grep '^FailedScheduling: .*claim' | tail -1)
+    [ -n "$ev" ] && break
+    sleep 1
+  done
+  sleep 3
+  phase=$(kd get pod gpu1-pod -o 'jsonpath={.status.phase}' 2>/dev/null)
+  claim=$(kd get pod gpu1-pod -o 'jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}' 2>/dev/null)
+  alloc=$(kd get resourceclaim "${claim:-none}" -o 'jsonpath={.status.allocation}' 2>&1)
+  after=$(dra_node)
+  if [ -n "$ev" ] && [ "$phase" = Pending ] && [ -n "$claim" ] && [ -z "$alloc" ] && [ "$before" = "$after" ]; then
+    pass "dra-gpu-alignment-unsatisfiable(pod Pending, claim $claim unallocated, event '$ev'; VF table, CDI dir unchanged)"
+  else fail dra-gpu-alignment-unsatisfiable "phase '$phase'; claim '$claim' allocation '$alloc'; event '${ev:-none}'; node before/after differ: $([ "$before" = "$after" ] && echo no || echo "yes: $(echo "$after" | tr '\n' ' ')")"; fi
+  kd delete pod gpu1-pod --wait=false >/dev/null 2>&1
+  kd wait --for=delete pod/gpu1-pod --timeout=60s >/dev/null 2>&1
+  claims_gone >/dev/null
+  kd delete resourceclaimtemplate gpu-vf gpu1-vf --ignore-not-found >/dev/null 2>&1
+
+  # --- dra-gpu-standin-gone: the stand-in stopped by its PID (it removes its sockets), its slice and class deleted ---
+  [ -n "$gpu_pid" ] && onnode "kill $gpu_pid" >/dev/null 2>&1
+  k delete resourceslice localhost-gpu-standin --ignore-not-found >/dev/null 2>&1
+  k delete deviceclass gpu-standin --ignore-not-found >/dev/null 2>&1
+  left=""
+  for _ in $(seq 1 30); do
+    left="$(onnode "kill -0 ${gpu_pid:-0} 2>/dev/null && echo process-$gpu_pid; ls $GPU_SOCKS 2>/dev/null" 2>/dev/null | tr '\n' ' ')$(k get resourceslices -o 'jsonpath={.items[*].spec.driver}' 2>/dev/null | tr ' ' '\n' | grep -x "$GPU_DRIVER" | head -1)$(k get deviceclass gpu-standin -o name 2>/dev/null)"
+    [ -z "$left" ] && break
+    sleep 1
+  done
+  if [ -z "$left" ] && [ -n "$gpu_pid" ]; then
+    pass "dra-gpu-standin-gone(PID $gpu_pid ended: $(glog | tail -1); sockets, slice and DeviceClass gone)"
+  else fail dra-gpu-standin-gone "left: '$left'"; fi
+  onnode "rm -f $GPU_LOG" >/dev/null 2>&1
+fi
 
 # --- dra-off-again: the overlay's config turns the driver off; the VF is sriov-rdma/rxe's again ---
 if k apply -k "$work/overlay" >/dev/null && k -n kube-system rollout restart ds/sriov-rdma >/dev/null \

@@ -301,7 +301,10 @@ expected_of() {
     devices.sh) set -- device-plugin-rdma-chardevs device-plugin-vfio ;;
     tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
     dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-claim-config dra-beside-device-plugin \
-      dra-unprepare dra-bad-config-vlan dra-bad-config-policy dra-off-again ;;
+      dra-unprepare dra-bad-config-vlan dra-bad-config-policy dra-off-again
+      # GPU alignment with the stand-in GPU driver: opt-in until it has passed on the node.
+      [ "${DRA_GPU:-}" = 1 ] && set -- "$@" dra-gpu-standin-registered dra-gpu-alignment \
+        dra-gpu-alignment-unsatisfiable dra-gpu-standin-gone ;;
     nri.sh) set -- nri-plugin-registered nri-nccl-env nri-own-variable-kept nri-no-record-no-env nri-off-again ;;
     draattach.sh) set -- dra-attach-run-pod-sandbox dra-attach-network-data dra-attach-stop-gives-back dra-attach-off-again ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
