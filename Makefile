@@ -26,12 +26,10 @@ release:
 
 # The benchmarks cni-bench and netns-floor use the fake sysfs tree (the fixtures feature), which sriov-rdma is
 # built without; this builds only them, into target/release, and leaves sriov-rdma there as it is. The
-# emulated machine's initramfs carries them (tests/vm/build-initramfs.sh). The stand-in GPU DRA driver of
-# tests/k8s/dra.sh (a device-plugin example, test code) goes onto the Kubernetes node (tests/k8s/build-node.sh).
+# emulated machine's initramfs carries them (tests/vm/build-initramfs.sh).
 bench-bins:
 	$(PHASE)
 	$(CARGO) build --release --features fixtures --bin cni-bench --bin netns-floor
-	$(CARGO) build --release -p sriov-rdma-device-plugin --example standin-gpu
 
 # The installer image (FROM scratch: the static binary, entrypoint `sriov-rdma install`), built offline.
 image: deps release
@@ -92,6 +90,8 @@ e2e: release bench-bins
 K8S_KERNEL ?= 7
 k8s-e2e: image bench-bins k8s-components
 	$(PHASE)
+	@# DRA_GPU=1 (dra.sh's GPU alignment, opt-in): the stand-in GPU DRA driver, test code, goes onto node A.
+	[ "$(DRA_GPU)" != 1 ] || $(CARGO) build --release -p sriov-rdma-device-plugin --example standin-gpu
 	KERNEL=$(K8S_KERNEL) ./tests/vm/run.sh k8s
 
 k8s-components:
