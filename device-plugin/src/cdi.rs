@@ -71,7 +71,8 @@ pub fn device_id(driver: &str, claim_uid: &str, device: &str) -> String {
 }
 
 /// The spec for a claim's VFs; a character device missing under `dev_root` is an error naming it (the container
-/// could not use the VF).
+/// could not use the VF). A VF with neither an RDMA device nor vfio-pci (a netdev-only VF) gets the environment
+/// variable alone: what the pod gets of it is its netdev, which the DRA attach moves into the pod (draattach.rs).
 pub fn spec(driver: &str, claim_uid: &str, vfs: &[Allocated], dev_root: &Path) -> Result<Spec, String> {
     let mut devices = Vec::new();
     for a in vfs {
@@ -87,9 +88,6 @@ pub fn spec(driver: &str, claim_uid: &str, vfs: &[Allocated], dev_root: &Path) -
                 host_path: host.display().to_string(),
                 permissions: "rw".into(),
             });
-        }
-        if device_nodes.is_empty() {
-            return Err(what("the VF has no RDMA device and is not bound to vfio-pci: nothing to hand over".into()));
         }
         let var = a.device.replace(['-', '.'], "_").to_ascii_uppercase();
         devices.push(CdiDevice {
