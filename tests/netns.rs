@@ -176,6 +176,24 @@ fn ipam_failure_rolls_back_everything() {
     assert!(r.msg().contains("no-such-ipam"), "{}", r.msg());
     assert!(link(None, &vf).is_some());
     assert!(bed.records().is_empty(), "{}", r.stdout);
+    // The runtime's DEL after that failed ADD finishes: nothing recorded, and no address the missing plugin could
+    // hold (a DEL that failed here would keep the pod's sandbox forever).
+    let r = bed.run("DEL", "c1", &ns, "net1", &conf);
+    assert!(r.ok, "DEL after the failed ADD: {} {}", r.stdout, r.stderr);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    assert!(link(None, &vf).is_some());
+    // An IPAM plugin that is there but cannot start (no loader for it): the same.
+    let broken = bed.dir.join("broken-ipam");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("broken"), "#!/no/such/interpreter\n").unwrap();
+    let mut p = std::fs::metadata(broken.join("broken")).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o755);
+    std::fs::set_permissions(broken.join("broken"), p).unwrap();
+    let conf = conf_dev("1.0.0", &pci, r#","ipam":{"type":"broken"}"#);
+    let mut e = bed.env("DEL", "c2", &ns, "net1");
+    e.insert("CNI_PATH".into(), broken.display().to_string());
+    let r = bed.run_env(&e, &conf);
+    assert!(r.ok, "DEL with an IPAM plugin that cannot start: {} {}", r.stdout, r.stderr);
 }
 
 /// A failure at the journal's last step, after the netdev moved and IPAM allocated an address: the rollback undoes

@@ -23,7 +23,7 @@ pub fn del(paths: &Paths, conf: &NetConf, env: &CniEnv) -> CniResult<()> {
             crate::debug!("DEL {}/{}: no attachment recorded", env.container_id, env.ifname);
             // IPAM DEL releases an address: state changes, SIGTERM is ignored.
             changing_state();
-            return ipam::exec(conf, env, "DEL", &Target::of_env(env)).map(drop);
+            return ipam::del_unrecorded(conf, env, &Target::of_env(env));
         };
         let lock = host.store.lock(&found.pci)?;
         match host.store.load(&found.pci)? {

@@ -82,6 +82,31 @@ pub fn spawn<'a>(
     Ok(Some(Pending { child, plugin, conf, command, target: *target }))
 }
 
+/// DEL with nothing of ours recorded: IPAM DEL, for an address an ADD that failed may hold. An IPAM plugin that is
+/// not in CNI_PATH, or cannot be started (e.g. its loader missing), holds no address of ours: DEL then finishes,
+/// logged, so a configuration naming a plugin that cannot run never keeps a pod from going away.
+pub fn del_unrecorded(conf: &NetConf, env: &CniEnv, target: &Target) -> CniResult<()> {
+    let Some(ipam) = &conf.ipam else { return Ok(()) };
+    let nothing = |e: CniError| {
+        crate::warn!(
+            "DEL {}/{}: nothing recorded, and {}: no address to release",
+            target.container_id,
+            target.ifname,
+            e.msg
+        );
+        Ok(())
+    };
+    let plugin = match find(env, &ipam.kind) {
+        Ok(p) => p,
+        Err(e) => return nothing(e),
+    };
+    let child = match start(&plugin, &ipam.kind, &conf.raw, "DEL", target) {
+        Ok(c) => c,
+        Err(e) => return nothing(e),
+    };
+    Pending { child, plugin, conf, command: "DEL", target: *target }.wait().map(drop)
+}
+
 /// Whether IPAM may run while the netdev moves: DHCP needs the interface in the pod first.
 pub fn can_overlap(conf: &NetConf) -> bool {
     conf.ipam.as_ref().is_some_and(|i| i.kind != "dhcp")
