@@ -47,7 +47,9 @@ deps:
 # stretches, the tests and the e2e guests leave idle; k8s-e2e waits for them and prints their log. Helm is not
 # among them: `make chart` builds it in the foreground (the same cache directory must not be written twice at
 # once); a component missing from the list is built by k8s-e2e's own k8s-components. A failed unit or e2e stops
-# the background build (its own process group).
+# the background build (its own process group). k8s-e2e's make takes deps, release and bench-bins as done (-o):
+# they ran before unit and e2e (in the run of 7 December cargo compiled the release again there, 162 s for the
+# same sources, after unit's tests, one of which runs `cargo build --release` itself).
 BG_COMPONENTS = kubernetes etcd containerd runc cri-tools multus rdma-cni whereabouts
 test: deps
 	@mkdir -p .cache; echo "phase k8s-components-background: begins at +$$(( $$(date +%s) - $(T0) ))s (nice 19, beside unit and e2e)"; \
@@ -58,7 +60,7 @@ test: deps
 	echo "phase k8s-components-background: ended at +$$(( $$(date +%s) - $(T0) ))s, exit $$brc"; \
 	sed 's/^/k8s-components: /' .cache/k8s-components.log; \
 	[ $$brc = 0 ] || exit $$brc; \
-	$(MAKE) --no-print-directory k8s-e2e
+	$(MAKE) --no-print-directory -o deps -o release -o bench-bins k8s-e2e
 
 # The soak, crash and fuzz tests run on their own line with --nocapture so their figures (cycles/s,
 # seeds, trials, iterations) show; plain `cargo test` runs them with everything else.
