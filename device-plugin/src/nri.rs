@@ -141,12 +141,7 @@ impl Plugin {
         let Some(dra) = &self.dra else { return Ok(()) };
         let pod = pod.unwrap_or_default();
         let sb = Sandbox {
-            netns: pod
-                .linux
-                .as_ref()
-                .and_then(|l| l.namespaces.iter().find(|n| n.r#type == "network"))
-                .map(|n| n.path.clone())
-                .unwrap_or_default(),
+            netns: netns_of(&pod).unwrap_or_default(),
             id: pod.id,
             uid: pod.uid,
             namespace: pod.namespace,
@@ -168,12 +163,7 @@ impl Plugin {
     pub async fn create_container(&self, req: api::CreateContainerRequest) -> api::CreateContainerResponse {
         let (pod, container) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
         let who = format!("{}/{} container {}", pod.namespace, pod.name, container.name);
-        let netns = pod
-            .linux
-            .as_ref()
-            .and_then(|l| l.namespaces.iter().find(|n| n.r#type == "network"))
-            .map(|n| n.path.clone())
-            .filter(|p| !p.is_empty());
+        let netns = netns_of(&pod);
         let mine = attachments_of(&self.state_dir, &pod.id, netns.as_deref());
         let Some(first) = mine.first() else { return api::CreateContainerResponse::default() };
         let (source, recorded, pid) = (self.source.clone(), first.netns.clone(), pod.pid);
@@ -210,6 +200,15 @@ impl Plugin {
             ..Default::default()
         }
     }
+}
+
+/// The path of the pod sandbox's network namespace as the runtime gives it, if it gives one.
+fn netns_of(pod: &api::PodSandbox) -> Option<String> {
+    pod.linux
+        .as_ref()
+        .and_then(|l| l.namespaces.iter().find(|n| n.r#type == "network"))
+        .map(|n| n.path.clone())
+        .filter(|p| !p.is_empty())
 }
 
 /// The finished attachments of the pod whose sandbox is `sandbox_id` (or whose namespace is `netns`), in rail

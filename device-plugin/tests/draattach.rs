@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
 use sriov_rdma_device_plugin::claimconfig::{self, Kept};
 use sriov_rdma_device_plugin::draattach::{Attacher, Sandbox};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 const CNI_PATH: &str = "/usr/lib/cni";
@@ -177,10 +177,6 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-fn path_exists(p: &Path) -> bool {
-    p.exists()
-}
-
 #[test]
 fn run_pod_sandbox_moves_the_claims_vfs_into_the_pod_and_stop_gives_them_back() {
     if !need_root() {
@@ -259,7 +255,7 @@ fn stop_after_the_pods_namespace_is_gone_still_finishes() {
     let l = link(None, &v0.1).expect("the VF on the host");
     assert_ne!(l["mtu"], 1400, "its MTU was not given back: {l}");
     assert!(bed.cni_records().is_empty(), "{:?}", bed.cni_records());
-    assert!(!path_exists(&bed.dir.join("attached/77aa.json")));
+    assert!(!bed.dir.join("attached/77aa.json").exists());
 }
 
 #[test]
