@@ -7,7 +7,7 @@
 
 use crate::cdi;
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sriov_rdma_cni::cni::config::{is_top_key, NetConf};
 use sriov_rdma_cni::inventory::VfInfo;
@@ -124,13 +124,24 @@ pub fn check(
 }
 
 /// One device's kept config.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Kept {
     pub request: String,
     pub device: String,
     pub pci_address: String,
     pub config: Map<String, Value>,
+}
+
+/// A prepared claim's kept file: the claim (`namespace/name`), its UID, the UIDs of the pods it is reserved for,
+/// and each device's config. Written by [`keep`], read by the attach (draattach.rs).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct KeptClaim {
+    pub claim: String,
+    pub uid: String,
+    #[serde(default)]
+    pub pods: Vec<String>,
+    pub devices: Vec<Kept>,
 }
 
 /// The file a prepared claim's configs are kept in.
@@ -141,7 +152,7 @@ pub fn path(dir: &Path, claim_uid: &str) -> PathBuf {
 /// Keeps the claim's checked configs (atomically, as the CDI spec), with the UIDs of the pods the claim is reserved
 /// for (its `status.reservedFor`): the attach at the pod's sandbox finds its claims by them (draattach.rs).
 pub fn keep(dir: &Path, claim: &str, claim_uid: &str, pods: &[String], devices: &[Kept]) -> Result<PathBuf, String> {
-    let v = serde_json::json!({"claim": claim, "uid": claim_uid, "pods": pods, "devices": devices});
+    let v = KeptClaim { claim: claim.into(), uid: claim_uid.into(), pods: pods.to_vec(), devices: devices.to_vec() };
     let text = serde_json::to_vec_pretty(&v).map_err(|e| format!("encoding the claim's config: {e}"))?;
     cdi::write_file(dir, &format!("{claim_uid}.json"), &text, "the claim's config")
 }

@@ -16,6 +16,7 @@
 //! that failed, still knows what to give back.
 
 use crate::cdi;
+use crate::claimconfig::KeptClaim;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sriov_rdma_cni::{info, warn};
@@ -149,22 +150,17 @@ pub fn devices_of(claims_dir: &Path, pod_uid: &str) -> Result<Vec<Attached>, Str
             continue;
         }
         let text = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        let v: Value = serde_json::from_slice(&text).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        let pods = v["pods"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>());
-        if !pods.is_some_and(|p| p.contains(&pod_uid)) {
+        let kept: KeptClaim = serde_json::from_slice(&text).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        if !kept.pods.iter().any(|p| p == pod_uid) {
             continue;
         }
-        let claim = v["claim"].as_str().unwrap_or_default().to_string();
-        for d in v["devices"].as_array().into_iter().flatten() {
-            let Some(config) = d["config"].as_object() else {
-                return Err(format!("{}: a device without its config", path.display()));
-            };
+        for d in kept.devices {
             out.push(Attached {
                 ifname: String::new(),
-                claim: claim.clone(),
-                request: d["request"].as_str().unwrap_or_default().to_string(),
-                device: d["device"].as_str().unwrap_or_default().to_string(),
-                config: config.clone(),
+                claim: kept.claim.clone(),
+                request: d.request,
+                device: d.device,
+                config: d.config,
             });
         }
     }
