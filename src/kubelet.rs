@@ -24,6 +24,40 @@ pub const CHECKPOINT: &str = "kubelet_internal_checkpoint";
 /// which the kubelet's cleanup of the directory at its start leaves alone (it removes files, not directories).
 pub const OFFERED: &str = "sriov-rdma/offered.json";
 
+/// The node daemon's DRA driver keeps each claim it prepared here, under the kubelet's root directory:
+/// `<root>/plugins/sriov-rdma.k8s.io/claims/<claim UID>.json`, with the UIDs of the pods the claim is reserved for
+/// and each device's PCI address (the daemon's claimconfig.rs writes it). A VF of a `dra: true` resource is in the
+/// device plugin's [`OFFERED`] list, so no NAD takes it; the DRA attach's ADD for a pod holding the claim may.
+pub const DRA_CLAIMS: &str = "plugins/sriov-rdma.k8s.io/claims";
+
+/// The claim (`namespace/name`) prepared on this node and reserved for pod `pod_uid` that holds the VF `pci`, from
+/// the kept claims in `dir` ([`DRA_CLAIMS`]); `None` when no such claim is there (or no directory). A file that
+/// cannot be read or decoded holds nothing: it can only refuse, never admit.
+pub fn dra_claim_of(dir: &Path, pod_uid: &str, pci: &PciAddr) -> Result<Option<String>, String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("reading the DRA driver's prepared claims in {}: {e}", dir.display())),
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let Some(v) = std::fs::read(&path).ok().and_then(|raw| serde_json::from_slice::<Value>(&raw).ok()) else {
+            continue;
+        };
+        let for_pod = v["pods"].as_array().is_some_and(|p| p.iter().any(|u| u.as_str() == Some(pod_uid)));
+        let holds = v["devices"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["pciAddress"].as_str().is_some_and(|a| names(a, pci))));
+        if for_pod && holds {
+            return Ok(Some(v["claim"].as_str().unwrap_or("?").to_string()));
+        }
+    }
+    Ok(None)
+}
+
 /// The kubelet's pod-resources socket for a device-plugin directory: `<kubelet root>/pod-resources/kubelet.sock`.
 pub fn pod_resources_socket(device_plugins_dir: &Path) -> std::path::PathBuf {
     device_plugins_dir.parent().unwrap_or(Path::new("/")).join("pod-resources/kubelet.sock")
@@ -332,6 +366,22 @@ mod tests {
         std::fs::remove_file(dir.join(OFFERED)).unwrap();
         std::os::unix::fs::symlink(dir.join("gone"), dir.join(OFFERED)).unwrap();
         assert!(Checkpoint::read(&f).unwrap_err().contains("symbolic link"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_prepared_dra_claim_holds_its_vf_for_the_pods_it_is_reserved_for_only() {
+        let dir = std::env::temp_dir().join(format!("sriov-rdma-kcp-dra-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(dra_claim_of(&dir, "u1", &pci("0000:3b:00.2")), Ok(None), "no directory: no claim");
+        std::fs::create_dir_all(&dir).unwrap();
+        let claim = r#"{"claim":"ns/c","uid":"c1","pods":["u1"],"devices":[{"request":"nic","device":"pci-0000-3b-00-2","pciAddress":"0000:3B:00.2","config":{}}]}"#;
+        std::fs::write(dir.join("c1.json"), claim).unwrap();
+        std::fs::write(dir.join("c2.json"), b"{half a file").unwrap();
+        std::fs::write(dir.join("c3.txt"), claim.replace("u1", "u2")).unwrap();
+        assert_eq!(dra_claim_of(&dir, "u1", &pci("3b:00.2")), Ok(Some("ns/c".into())));
+        assert_eq!(dra_claim_of(&dir, "u2", &pci("3b:00.2")), Ok(None), "reserved for another pod");
+        assert_eq!(dra_claim_of(&dir, "u1", &pci("3b:00.3")), Ok(None), "another VF");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

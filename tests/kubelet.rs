@@ -156,6 +156,36 @@ fn a_vf_the_kubelet_allocated_to_another_pod_is_refused_and_this_pods_is_taken()
 }
 
 #[test]
+fn a_dra_resources_vf_is_taken_only_for_the_pod_its_prepared_claim_is_reserved_for() {
+    root_only!();
+    let (bed, k, ns, before) = setup("kdra", 1);
+    let (pci0, vf0) = bed.vfs[0].clone();
+    // A `dra: true` resource: the device plugin lists its VF as offered; the kubelet allocated it to no pod.
+    let offered = k.dir.join("sriov-rdma");
+    fs::create_dir_all(&offered).unwrap();
+    fs::write(offered.join("offered.json"), format!(r#"{{"version":1,"resources":{{"rdma/dra":["{pci0}"]}}}}"#))
+        .unwrap();
+    let refusal = [&format!("deviceID {pci0}")[..], "resource rdma/dra", "allocated it to no pod"];
+    refused(&k.run(&bed, "ADD", Some(POD), &ns, &conf(&pci0)), 7, &refusal);
+    unchanged(&bed, &ns, &before);
+    // The DRA driver prepared a claim holding it, reserved for POD (as the daemon's claimconfig.rs keeps it).
+    let claims = bed.dir.join("plugins/sriov-rdma.k8s.io/claims");
+    fs::create_dir_all(&claims).unwrap();
+    fs::write(
+        claims.join("c1.json"),
+        format!(
+            r#"{{"claim":"team-a/nic","uid":"c1","pods":["{POD}"],"devices":[{{"request":"nic","device":"d","pciAddress":"{pci0}","config":{{}}}}]}}"#
+        ),
+    )
+    .unwrap();
+    refused(&k.run(&bed, "ADD", Some(OTHER_POD), &ns, &conf(&pci0)), 7, &refusal);
+    unchanged(&bed, &ns, &before);
+    refused(&k.run(&bed, "ADD", None, &ns, &conf(&pci0)), 7, &["CNI_ARGS carries no K8S_POD_UID"]);
+    unchanged(&bed, &ns, &before);
+    takes(&bed, &k, Some(POD), &ns, &conf(&pci0), &pci0, &vf0);
+}
+
+#[test]
 fn a_registered_vf_allocated_to_no_pod_is_refused() {
     root_only!();
     let (bed, k, ns, before) = setup("kan", 1);

@@ -185,9 +185,12 @@ fn parse(args: &[String]) -> Result<Cli, String> {
 
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    if argv.first().map(String::as_str) == Some("cni") {
-        // The CNI plugin, exactly as `sriov-rdma` runs it: what the DRA attach runs for each device.
-        std::process::exit(sriov_rdma_cni::flow::plugin_main());
+    match argv.first().map(String::as_str) {
+        // The CNI plugin's code, exactly as `sriov-rdma` runs it (the attach tests run it through node-cni).
+        Some("cni") => std::process::exit(sriov_rdma_cni::flow::plugin_main()),
+        // What the DRA attach runs for each device: the node's CNI, in the node's mount namespace.
+        Some("node-cni") => std::process::exit(node_cni(&argv[1..])),
+        _ => {}
     }
     let args = match parse(&argv) {
         Ok(Cli::Run(a)) => *a,
@@ -386,12 +389,13 @@ async fn run(config: Config, paths: Paths, timing: Timing, sources: reload::Sour
     };
     if let Some(socket) = nri_socket {
         // With the DRA driver on, the NRI plugin also attaches the claims' VFs at RunPodSandbox (draattach.rs).
+        let cni_path = std::env::var("CNI_PATH").ok().filter(|v| !v.is_empty()).unwrap_or(DEFAULT_CNI_PATH.into());
         let dra = dra_paths.as_ref().zip(claim_status).map(|(p, status)| {
             Arc::new(draattach::Attacher {
                 claims_dir: p.claims_dir(),
                 attach_dir: p.plugin_dir.join("attached"),
-                cni: cni_command(),
-                cni_path: std::env::var("CNI_PATH").ok().filter(|v| !v.is_empty()).unwrap_or(DEFAULT_CNI_PATH.into()),
+                cni: cni_command(&cni_path),
+                cni_path,
                 timeout: Duration::from_secs(60),
                 status: Some(status),
             })
@@ -437,16 +441,51 @@ async fn run(config: Config, paths: Paths, timing: Timing, sources: reload::Sour
 /// Where the CNI finds its IPAM plugins in the DRA attach, unless CNI_PATH says otherwise.
 const DEFAULT_CNI_PATH: &str = "/opt/cni/bin";
 
-/// The CNI the DRA attach runs: this executable with `cni`, which runs the CNI's own code (flow::plugin_main), so the
-/// attach needs no second binary where the daemon runs.
-fn cni_command() -> Vec<std::ffi::OsString> {
+/// The CNI the DRA attach runs: the node's `sriov-rdma` (in the first directory of CNI_PATH), through this
+/// executable's `node-cni`, which enters the node's mount namespace first. So the CNI runs as the runtime runs it:
+/// the node's IPAM plugins (dynamically linked, for the node's libc), their state and configuration, the CNI's
+/// records and log, all the node's own; nothing of it is mounted into the daemon's container.
+fn cni_command(cni_path: &str) -> Vec<std::ffi::OsString> {
+    let dir = cni_path.split(':').find(|d| !d.is_empty()).unwrap_or(DEFAULT_CNI_PATH);
+    let cni = Path::new(dir).join("sriov-rdma").into_os_string();
     match std::env::current_exe() {
-        Ok(p) => vec![p.into_os_string(), "cni".into()],
+        Ok(p) => vec![p.into_os_string(), "node-cni".into(), cni],
         Err(e) => {
-            warn!("DRA attach: this executable's path: {e}; running /opt/cni/bin/sriov-rdma instead");
-            vec!["/opt/cni/bin/sriov-rdma".into()]
+            warn!("DRA attach: this executable's path: {e}; running {} in the daemon's own mount namespace", dir);
+            vec![cni]
         }
     }
+}
+
+/// `node-cni PROGRAM [ARG…]`: enters the mount namespace of PID 1 (the node's: the NRI plugin's pod shares the
+/// host's PID namespace; SRIOV_RDMA_NODE_MOUNT_NS names another namespace file) and executes PROGRAM there, with this process's environment, stdin and stdout: the CNI
+/// the runtime would run. Only returns (an exit status) when that fails, said on stderr.
+fn node_cni(argv: &[String]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let Some((program, args)) = argv.split_first() else {
+        eprintln!("sriov-rdma-device-plugin node-cni: give the CNI program to run in the node's mount namespace");
+        return 2;
+    };
+    let ns = std::env::var("SRIOV_RDMA_NODE_MOUNT_NS").ok().filter(|v| !v.is_empty());
+    let ns = ns.as_deref().unwrap_or("/proc/1/ns/mnt");
+    let entered = std::fs::File::open(ns).and_then(|f| {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid namespace file descriptor; this process is single-threaded here (before any runtime).
+        match unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNS) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    });
+    if let Err(e) = entered {
+        eprintln!(
+            "sriov-rdma-device-plugin node-cni: entering the node's mount namespace {ns} to run {program}: {e} (the \
+             DRA attach needs the pod's hostPID and privileges, as deploy/examples/nri/daemonset-patch.yaml sets)"
+        );
+        return 1;
+    }
+    let e = std::process::Command::new(program).args(args).exec();
+    eprintln!("sriov-rdma-device-plugin node-cni: running {program} in the node's mount namespace: {e}");
+    1
 }
 
 /// Starts the DRA driver for the `dra: true` resources' lists: its sockets (dra.rs) and its ResourceSlice (slices.rs).

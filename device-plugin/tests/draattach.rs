@@ -1,8 +1,8 @@
 //! The DRA attach on real network namespaces (root): veth ends stand in for the VFs' netdevs behind a fake sysfs
 //! PCI tree (what is fake: the PCI tree; what is real: the netdevs, the namespace, every move, MTU and address,
 //! the CNI's record store and the reference `static` IPAM plugin). The claims are kept as the DRA driver keeps them
-//! (claimconfig::keep); the CNI the attach runs is the daemon's own `cni` mode, started through `env` with this
-//! test bed's sysfs and state directories.
+//! (claimconfig::keep); the CNI the attach runs is the daemon's own `cni` mode through `node-cni`, started through `env`
+//! with this test bed's sysfs, state and kubelet directories (the kubelet's list names the VFs as a DRA resource's).
 
 use serde_json::{json, Map, Value};
 use sriov_rdma_cni::kernel::sysfs::fake::FakeTree;
@@ -81,8 +81,22 @@ impl Bed {
         Bed { state: dir.join("state"), dir, sysfs, vfs, links, netns, tree }
     }
 
+    /// As on a node: the kubelet's root is the bed's directory, so the CNI finds the claims where the driver keeps
+    /// them (`<root>/plugins/sriov-rdma.k8s.io/claims`).
     fn claims_dir(&self) -> PathBuf {
-        self.dir.join("claims")
+        self.dir.join(sriov_rdma_cni::kubelet::DRA_CLAIMS)
+    }
+
+    /// The kubelet's device-plugin directory, with the device plugin's list naming every VF of the bed as a
+    /// `dra: true` resource's, as the daemon writes it: a NAD's ADD must not take them, the attach's must.
+    fn kubelet_dir(&self) -> PathBuf {
+        let dir = self.dir.join("device-plugins");
+        let pcis: Vec<String> = self.vfs.iter().map(|(p, _)| p.clone()).collect();
+        let list = std::collections::BTreeMap::from([("example.com/dra-nic".to_string(), pcis)]);
+        let file = dir.join(sriov_rdma_cni::kubelet::OFFERED);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, sriov_rdma_cni::kubelet::offered_json(&list)).unwrap();
+        dir
     }
 
     /// The attach as the daemon sets it up, its CNI started through `env` with this bed's directories.
@@ -95,14 +109,17 @@ impl Bed {
             ("SRIOV_RDMA_DEVINFO_DIR", own.clone()),
             ("SRIOV_RDMA_LOG_DIR", own.clone()),
             ("SRIOV_RDMA_POLICY", format!("{own}/no-node-policy.json")),
-            ("SRIOV_RDMA_KUBELET_DIR", format!("{own}/no-kubelet")),
+            ("SRIOV_RDMA_KUBELET_DIR", self.kubelet_dir().display().to_string()),
             ("SRIOV_RDMA_MULTUS_DIR", format!("{own}/no-multus")),
             ("NETCONFPATH", format!("{own}/no-net.d")),
+            ("SRIOV_RDMA_NODE_MOUNT_NS", node_mount_ns()),
         ] {
             cni.push(format!("{k}={v}").into());
         }
-        cni.push(env!("CARGO_BIN_EXE_sriov-rdma-device-plugin").into());
-        cni.push("cni".into());
+        // As the daemon runs it: through node-cni (into PID 1's mount namespace, the test host's own here), which
+        // executes the CNI: the daemon's `cni` mode, the CNI's code.
+        let exe = env!("CARGO_BIN_EXE_sriov-rdma-device-plugin");
+        cni.extend([exe, "node-cni", exe, "cni"].map(Into::into));
         Attacher {
             claims_dir: self.claims_dir(),
             attach_dir: self.dir.join("attached"),
@@ -171,6 +188,12 @@ impl Drop for Bed {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The mount namespace node-cni enters: the node's is PID 1's, which a test host may not let be opened (a
+/// sandbox's init), so this test process's own stands for it.
+fn node_mount_ns() -> String {
+    format!("/proc/{}/ns/mnt", std::process::id())
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -272,4 +295,37 @@ fn a_pod_without_claims_gets_nothing_and_a_bad_sandbox_id_names_no_file() {
     assert!(bed.cni_records().is_empty());
     let err = a.record("../x").expect_err("a sandbox ID with a path in it");
     assert!(err.contains("sandbox ID"), "{err}");
+}
+
+#[test]
+fn node_cni_runs_the_cni_in_the_nodes_mount_namespace() {
+    if !need_root() {
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_sriov-rdma-device-plugin");
+    let node = must(&["readlink", &node_mount_ns()]);
+    // A process in a mount namespace of its own, as the daemon's container is: it sees another one...
+    let own = must(&["unshare", "--mount", "readlink", "/proc/self/ns/mnt"]);
+    assert_ne!(own.trim(), node.trim(), "unshare gave no mount namespace of its own");
+    // ...and what it runs through node-cni sees the node's.
+    let ns = format!("SRIOV_RDMA_NODE_MOUNT_NS={}", node_mount_ns());
+    let seen = must(&["unshare", "--mount", "env", &ns, exe, "node-cni", "/usr/bin/readlink", "/proc/self/ns/mnt"]);
+    assert_eq!(seen.trim(), node.trim());
+    // A program the node does not have: the error names it, and the exit status is a failure.
+    let out = std::process::Command::new(exe)
+        .args(["node-cni", "/opt/cni/bin/no-such-cni"])
+        .env("SRIOV_RDMA_NODE_MOUNT_NS", node_mount_ns())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("running /opt/cni/bin/no-such-cni in the node's mount namespace"), "{err}");
+}
+
+#[test]
+fn the_cni_looks_for_the_prepared_claims_where_the_driver_keeps_them() {
+    use sriov_rdma_device_plugin::dra::{DraPaths, DRIVER};
+    let root = std::path::Path::new("/var/lib/kubelet");
+    let p = DraPaths::under(root, DRIVER, "/c".into(), "/s".into(), "/d".into(), "/p".into());
+    assert_eq!(p.claims_dir(), root.join(sriov_rdma_cni::kubelet::DRA_CLAIMS));
 }

@@ -9,7 +9,7 @@ use crate::cni::config::{NetConf, VfSource};
 use crate::cni::env::{CniEnv, Command};
 use crate::cni::error::{CniError, CniResult, Code};
 use crate::kernel::confined::{is_symlink_refusal, Confined};
-use crate::kubelet::{Checkpoint, CHECKPOINT};
+use crate::kubelet::{dra_claim_of, Checkpoint, CHECKPOINT};
 use crate::model::PciAddr;
 use crate::policy::{Policy, Request};
 use crate::vf_setting::VfSettings;
@@ -81,6 +81,8 @@ const DEFAULT_LOG: &str = "sriov-rdma.log";
 /// the pod's UID from CNI_ARGS (`K8S_POD_UID`, set by the container runtime, not by the configuration).
 pub struct KubeletClaims {
     file: PathBuf,
+    /// The DRA driver's prepared claims ([`crate::kubelet::DRA_CLAIMS`]).
+    dra_claims: PathBuf,
     checkpoint: Option<Checkpoint>,
     pod_uid: Option<String>,
 }
@@ -98,7 +100,8 @@ impl KubeletClaims {
             ))
         })?;
         let pod_uid = env.args.get("K8S_POD_UID").filter(|u| !u.is_empty()).cloned();
-        Ok(KubeletClaims { file, checkpoint, pod_uid })
+        let root = paths.kubelet_dir.parent().unwrap_or(Path::new("/"));
+        Ok(KubeletClaims { file, dra_claims: root.join(crate::kubelet::DRA_CLAIMS), checkpoint, pod_uid })
     }
 
     /// `deviceID`: refused (code 7) when the kubelet manages the VF and did not allocate it to this pod.
@@ -107,7 +110,14 @@ impl KubeletClaims {
         let Some(resource) = cp.resource_of(pci) else { return Ok(()) };
         let this_pod = match &self.pod_uid {
             Some(uid) if cp.allocated_to(uid, pci) => return Ok(()),
-            Some(uid) => format!("this pod (K8S_POD_UID {uid})"),
+            Some(uid) => {
+                // A VF of a `dra: true` resource: the pod's prepared claim holds it (the DRA attach's ADD).
+                if let Some(claim) = dra_claim_of(&self.dra_claims, uid, pci).map_err(CniError::io)? {
+                    crate::info!("deviceID {pci}: held for this pod by its prepared DRA claim {claim}");
+                    return Ok(());
+                }
+                format!("this pod (K8S_POD_UID {uid})")
+            }
             None => "this pod (CNI_ARGS carries no K8S_POD_UID)".to_string(),
         };
         let to_whom = if cp.holders(pci).next().is_some() { "to another pod" } else { "to no pod" };

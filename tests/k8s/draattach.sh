@@ -1,7 +1,7 @@
 # The DRA attach on the real node (sourced by e2e.sh; opt-in: only K8S_ONLY=draattach.sh runs it, after the set-up
 # alone). The node's containerd has NRI on. The DaemonSet is switched to the DRA driver, the NRI plugin and the
-# attach as docs/dra.md says (deploy/examples/dra/dra.yaml, daemonset-patch.yaml, ../nri/daemonset-patch.yaml,
-# attach-patch.yaml), with a config whose first resource, "dra": true, takes PF2's VF 1 (an igbvf VF with no RDMA
+# attach as docs/dra.md says (deploy/examples/dra/dra.yaml, daemonset-patch.yaml, ../nri/daemonset-patch.yaml),
+# with a config whose first resource, "dra": true, takes PF2's VF 1 (an igbvf VF with no RDMA
 # device: no Soft-RoCE device lives on its netdev, which moves). A pod claims it through a ResourceClaimTemplate
 # whose config asks VLAN 120, MTU 9000 and a static address; then, through kubectl and the node shell:
 #   dra-attach-run-pod-sandbox  the pod has the VF's netdev as dra0 with the claim's MTU and address, carrier up;
@@ -52,7 +52,6 @@ if k apply -f "$top/deploy/examples/dra/dra.yaml" >/dev/null \
    && k -n kube-system patch configmap sriov-rdma-config --type merge -p "$da_cfg" >/dev/null \
    && k -n kube-system patch ds sriov-rdma --patch-file "$top/deploy/examples/dra/daemonset-patch.yaml" >/dev/null \
    && k -n kube-system patch ds sriov-rdma --patch-file "$top/deploy/examples/nri/daemonset-patch.yaml" >/dev/null \
-   && k -n kube-system patch ds sriov-rdma --patch-file "$top/deploy/examples/dra/attach-patch.yaml" >/dev/null \
    && k -n kube-system patch ds sriov-rdma -p "$da_api" >/dev/null \
    && k -n kube-system rollout restart ds/sriov-rdma >/dev/null \
    && k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null; then
