@@ -656,14 +656,18 @@ want=$OVERLAY_ALLOC
 wait_overlay_alloc 60
 if [ "$got" = "$want" ]; then pass "device-plugin-resources(node allocatable: $got)"
 else fail device-plugin-resources "want $want, node allocatable: $got; $(k -n kube-system logs ds/sriov-rdma 2>&1 | tail -5 | tr '\n' ' ')"; fi
-# doctor must run, exit 0 (nothing blocks ADD now) and count the node's VFs in each resource as the kubelet has them.
-out=$(onnode '/opt/cni/bin/sriov-rdma doctor' 2>&1); rc=$?
-why=""
-[ "$rc" = 0 ] || why="$why exit $rc;"
-echo "$out" | grep -q 'no resource the kubelet registered lists a VF' && why="$why blocker still there;"
-for r in pf1:4 pf2:2 rxe:2 vfio:1; do
-  echo "$out" | grep -q "registered sriov-rdma/${r%:*}: ${r#*:} devices, ${r#*:} of them VFs of this node" \
-    || why="$why no 'registered sriov-rdma/${r%:*}: ${r#*:} devices, ${r#*:} of them VFs of this node';"
+# doctor must run, exit 0 (nothing blocks ADD now) and count the node's VFs in each resource as the kubelet has them
+# (its checkpoint, which the kubelet may write a moment after the node's allocatable shows a resource: up to 15 s).
+for _ in $(seq 1 15); do
+  out=$(onnode '/opt/cni/bin/sriov-rdma doctor' 2>&1); rc=$?
+  why=""
+  [ "$rc" = 0 ] || why="$why exit $rc;"
+  echo "$out" | grep -q 'no resource the kubelet registered lists a VF' && why="$why blocker still there;"
+  for r in pf1:4 pf2:2 rxe:2 vfio:1; do
+    echo "$out" | grep -q "registered sriov-rdma/${r%:*}: ${r#*:} devices, ${r#*:} of them VFs of this node" \
+      || why="$why no 'registered sriov-rdma/${r%:*}: ${r#*:} devices, ${r#*:} of them VFs of this node';"
+  done
+  [ -z "$why" ] && break; sleep 1
 done
 if [ -z "$why" ]; then pass "doctor-vfs-registered(exit 0: '$(echo "$out" | grep -m1 -o 'registered sriov-rdma/pf1: .*')')"
 else fail doctor-vfs-registered "$why $(echo "$out" | grep -E 'registered|^  *-|blocker|Blocker' | head -8 | tr '\n' ' ')"; fi
