@@ -90,9 +90,11 @@ e2e: release bench-bins
 # the emulated SR-IOV machine (kernel 7: Soft-RoCE traffic between pods), the scenarios with kubectl only.
 # The components are built once from their Go modules into /var/cache/sriov-rdma-cni/components.
 K8S_KERNEL ?= 7
+# dra.sh's GPU alignment (DRA_GPU=0 leaves it out): the stand-in GPU DRA driver, test code, goes onto node A.
+DRA_GPU ?= 1
+export DRA_GPU
 k8s-e2e: image bench-bins k8s-components
 	$(PHASE)
-	@# DRA_GPU=1 (dra.sh's GPU alignment, opt-in): the stand-in GPU DRA driver, test code, goes onto node A.
 	[ "$(DRA_GPU)" != 1 ] || $(CARGO) build --release -p sriov-rdma-device-plugin --example standin-gpu
 	KERNEL=$(K8S_KERNEL) ./tests/vm/run.sh k8s
 

@@ -24,8 +24,8 @@ command -v gcc >/dev/null || need+=(gcc)
 [ -x /usr/bin/curl ] || need+=(curl)
 # conmon, CRI-O's container monitor, for node B of the Kubernetes test (K8S_NODE_B=crio: tests/k8s/build-node-crio.sh).
 [ -x /usr/bin/conmon ] || need+=(conmon)
-# Only with SRIOV_RDMA_MPI=1 (tests/k8s/e2e.sh sets it when K8S_ONLY names collective.sh, which is opt-in): Open
-# MPI 4.1 + UCX 1.13 (mpicc, orterun, orted, their components), ucx_info and socat for the MPI image of the
+# Only with SRIOV_RDMA_MPI=1 (tests/k8s/e2e.sh sets it for collective.sh: a full run with node B, or K8S_ONLY
+# naming it): Open MPI 4.1 + UCX 1.13 (mpicc, orterun, orted, their components), ucx_info and socat for the MPI image of the
 # Kubernetes test's all-reduce across four pods (tests/k8s/build-images.sh).
 if [ "${SRIOV_RDMA_MPI:-}" = 1 ]; then
   command -v mpicc >/dev/null && [ -x /usr/bin/orted ] || need+=(openmpi-bin libopenmpi-dev)

@@ -57,7 +57,7 @@ tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin:/usr/
 # The MPI image: the pods' root and Open MPI + UCX at the paths Debian's builds look for them (their components are
 # found from the compiled-in prefix), each shared object with its libraries, and a loader cache for the multiarch
 # directories.
-# Only with SRIOV_RDMA_MPI=1 (collective.sh, opt-in): a full run's nodes carry no MPI image.
+# Only with SRIOV_RDMA_MPI=1 (collective.sh: e2e.sh sets it for a full run with node B, or K8S_ONLY naming it).
 mpi_image=""
 if [ "${SRIOV_RDMA_MPI:-}" = 1 ]; then
   command -v mpicc >/dev/null && [ -x /usr/bin/orted ] && [ -e /usr/lib/x86_64-linux-gnu/libucp.so.0 ] && command -v socat >/dev/null \

@@ -23,9 +23,9 @@ cp "$(dir multus)/multus" "$(dir whereabouts)/whereabouts" "$root/opt/cni/bin/"
 # pods that hold VFs (it asks the kubelet's pod-resources API through it); the DaemonSet runs its own copy.
 top=$(cd "$here/../.." && pwd)
 cp "$top/target/release/sriov-rdma-device-plugin" "$root/usr/bin/" || die "no target/release/sriov-rdma-device-plugin (make release)"
-# With DRA_GPU=1 (opt-in), the stand-in GPU DRA driver dra.sh starts on the node (no GPU exists here; make k8s-e2e
-# DRA_GPU=1 builds it).
-if [ "${DRA_GPU:-}" = 1 ]; then
+# The stand-in GPU DRA driver dra.sh starts on the node (no GPU exists here; make k8s-e2e builds it), unless
+# DRA_GPU=0.
+if [ "${DRA_GPU:-1}" = 1 ]; then
   cp "$top/target/release/examples/standin-gpu" "$root/usr/bin/" \
     || die "no target/release/examples/standin-gpu (cargo build --release -p sriov-rdma-device-plugin --example standin-gpu)"
 fi

@@ -209,14 +209,14 @@ for bad in 'vlan|{"vlan": 5000}|invalid vlan 5000' "policy|{\"vlan\": 150, \"tru
 done
 kd delete resourceclaimtemplate one-vf bad-vlan bad-policy --ignore-not-found >/dev/null 2>&1
 
-# --- dra-gpu-*: GPU alignment (opt-in, DRA_GPU=1). No GPU exists on this node: the "GPU" is a stand-in DRA driver
+# --- dra-gpu-*: GPU alignment (DRA_GPU=0 leaves it out). No GPU exists on this node: the "GPU" is a stand-in DRA driver
 # of the tests (device-plugin/examples/standin-gpu.rs, /usr/bin/standin-gpu on the node), started here on the node
 # and stopped by its PID. It registers with the kubelet as gpu.standin.sriov-rdma.test and prepares claims with no
 # CDI devices; its ResourceSlice, written here with kubectl, lists two fake GPUs: gpu-0 under the PCIe root the
 # node's sysfs shows for the DRA VF (node A's igb PFs are integrated endpoints: every VF has the same root) and
 # gpu-1 under pci0000:80, a root no VF has. A claim of one GPU and one VF with matchAttribute on
 # resource.kubernetes.io/pcieRoot must get gpu-0 and the VF; one pinned to gpu-1 must stay unallocated. ---
-if [ "${DRA_GPU:-}" = 1 ]; then
+if [ "${DRA_GPU:-1}" = 1 ]; then
   GPU_DRIVER=gpu.standin.sriov-rdma.test
   GPU_SOCKS="/var/lib/kubelet/plugins_registry/$GPU_DRIVER-reg.sock /var/lib/kubelet/plugins/$GPU_DRIVER/dra.sock"
   GPU_LOG=/run/standin-gpu.log

@@ -1,5 +1,5 @@
-# The DRA attach on the real node (sourced by e2e.sh; opt-in: only K8S_ONLY=draattach.sh runs it, after the set-up
-# alone). The node's containerd has NRI on. The DaemonSet is switched to the DRA driver, the NRI plugin and the
+# The DRA attach on the real node (sourced by e2e.sh: in a full run after dra.sh; K8S_ONLY=draattach.sh runs it
+# after the set-up alone). The node's containerd has NRI on. The DaemonSet is switched to the DRA driver, the NRI plugin and the
 # attach as docs/dra.md says (deploy/examples/dra/dra.yaml, daemonset-patch.yaml, ../nri/daemonset-patch.yaml),
 # with a config whose first resource, "dra": true, takes PF2's VF 1 (an igbvf VF with no RDMA
 # device: no Soft-RoCE device lives on its netdev, which moves). A pod claims it through a ResourceClaimTemplate

@@ -18,8 +18,8 @@
 #       runtime is CRI-O v1.36.3 (conmon, pinns, the same runc), tainted NoSchedule so that every scenario of node A
 #       stays there, joined to node A by one Ethernet wire (a UDP datagram socket on 127.0.0.1 between the two
 #       guests' PF hubs). It boots after node A's scenario files, before crio.sh (its own scenarios) and cluster.sh
-#       (across the two nodes). A full run has it; K8S_ONLY has it when it names crio.sh, cluster.sh or collective.sh;
-#       K8S_NODE_B=none leaves it and those two files out of a full run.
+#       (across the two nodes), then collective.sh (four pods on both). A full run has it; K8S_ONLY has it when it names
+#       crio.sh, cluster.sh or collective.sh; K8S_NODE_B=none leaves it and those three files out of a full run.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -28,20 +28,19 @@ initrd=${2:?}
 cache=${3:?}
 die() { echo "k8s-e2e: $*" >&2; exit 1; }
 # The scenario files of a full run, in order (scenarios.sh includes rdma.sh, devices.sh, tenants.sh and ops.sh).
-FILES="helm.sh migration.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh dra.sh"
+FILES="helm.sh migration.sh nri.sh scenarios.sh rdma.sh devices.sh tenants.sh ops.sh dra.sh draattach.sh"
 NODE_B=${K8S_NODE_B:-}
 case "$NODE_B" in "" | crio | none) ;; *) die "K8S_NODE_B=$NODE_B: the second node's runtime can be crio only (or none)" ;; esac
 # Node B: its name, its PF's name and VF count differ from node A's (real clusters are not uniform); the taint keeps
 # every pod that does not tolerate it (all of node A's scenarios) off it.
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
-# Node B's files, last: crio.sh (its shell, its DaemonSet pod) before cluster.sh (across the nodes).
-NODE_B_FILES="crio.sh cluster.sh"
-# Scenario files a full run leaves out, run only when K8S_ONLY names them: the NRI plugin and the DRA attach (both
-# off by default);
-# whereabouts.sh, whose pods are in the default namespace, which the node policy tenants.sh leaves on the node
-# refuses (cluster.sh shows whereabouts across both nodes in a namespace the policy admits);
-# collective.sh (an all-reduce across four pods on both nodes, after crio.sh), until it passes.
-OPT_FILES="nri.sh whereabouts.sh draattach.sh collective.sh"
+# Node B's files, last: crio.sh (its shell, its DaemonSet pod) before cluster.sh (across the nodes) and
+# collective.sh (an all-reduce across four pods on both nodes).
+NODE_B_FILES="crio.sh cluster.sh collective.sh"
+# Scenario files a full run leaves out, run only when K8S_ONLY names them: whereabouts.sh, whose pods are in the
+# default namespace, which the node policy tenants.sh leaves on the node refuses (cluster.sh and collective.sh
+# show whereabouts across both nodes in namespaces the policy admits).
+OPT_FILES="whereabouts.sh"
 ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
@@ -71,8 +70,8 @@ comp=$("$here/build-components.sh") || die "building the components failed"
 echo "$comp" | grep -v '^component ' | sed 's/^/  /'
 dir() { echo "$comp" | awk -v n="$1" '$1 == "component" && index($2, n "-") == 1 { print $3 }'; }
 K8S=$(dir kubernetes); ETCD=$(dir etcd); HELM=$(dir helm)/helm
-# The MPI image (and the packages it is made of) only for collective.sh, which is opt-in.
-case " $ONLY " in
+# The MPI image (and the packages it is made of) only for collective.sh: a full run with node B, or K8S_ONLY naming it.
+case " ${ONLY:-$FILES} " in
   *" collective.sh "*) export SRIOV_RDMA_MPI=1
     "$top/scripts/install-deps.sh" >/dev/null || die "installing Open MPI and UCX (SRIOV_RDMA_MPI=1 scripts/install-deps.sh) failed" ;;
   *) export SRIOV_RDMA_MPI="" ;;
@@ -302,8 +301,8 @@ expected_of() {
     tenants.sh) set -- tenant-isolation resourcequota-on-the-vf-resource tenants-then-delete ;;
     dra.sh) set -- dra-driver-registered dra-resourceslice dra-pod-cdi dra-claim-config dra-beside-device-plugin \
       dra-unprepare dra-bad-config-vlan dra-bad-config-policy dra-off-again
-      # GPU alignment with the stand-in GPU driver: opt-in until it has passed on the node.
-      [ "${DRA_GPU:-}" = 1 ] && set -- "$@" dra-gpu-standin-registered dra-gpu-alignment \
+      # GPU alignment with the stand-in GPU driver (DRA_GPU=0 leaves it out).
+      [ "${DRA_GPU:-1}" = 1 ] && set -- "$@" dra-gpu-standin-registered dra-gpu-alignment \
         dra-gpu-alignment-unsatisfiable dra-gpu-standin-gone ;;
     nri.sh) set -- nri-plugin-registered nri-nccl-env nri-own-variable-kept nri-no-record-no-env nri-off-again ;;
     draattach.sh) set -- dra-attach-run-pod-sandbox dra-attach-network-data dra-attach-stop-gives-back dra-attach-off-again ;;
@@ -687,12 +686,18 @@ else
   # stack and back, and ends as helm.sh does (the overlay applied, no node policy, nothing of the anchors' left).
   include helm.sh
   include migration.sh
+  # The NRI plugin switched on and off again: before scenarios.sh, whose tenants.sh leaves a node policy that
+  # refuses the default namespace nri.sh's pods are in.
+  include nri.sh
   include scenarios.sh
   # The DRA driver switched on beside the device plugin and off again; it adds its namespace to the node policy
   # scenarios.sh left and puts the node's file back, and ends with the overlay applied.
   include dra.sh
+  # The DRA attach (the driver and the NRI plugin both on): its namespace gets a node policy entry of its own, the
+  # node's file and the DaemonSet are put back as they were.
+  include draattach.sh
   # Last: node B joins; crio.sh labels it, which brings the DaemonSet there (the files above count one DaemonSet
-  # pod), cluster.sh uses both nodes.
-  if [ -n "$NODE_B" ]; then boot_node_b; include crio.sh; include cluster.sh; fi
+  # pod), cluster.sh uses both nodes, collective.sh four pods on both.
+  if [ -n "$NODE_B" ]; then boot_node_b; include crio.sh; include cluster.sh; include collective.sh; fi
 fi
 finish

@@ -1,4 +1,5 @@
-# The NRI plugin on the real node (sourced by e2e.sh; opt-in: only K8S_ONLY=nri.sh runs it, after the set-up). The
+# The NRI plugin on the real node (sourced by e2e.sh: in a full run after migration.sh, before scenarios.sh;
+# K8S_ONLY=nri.sh runs it after the set-up). The
 # node's containerd has NRI on (tests/k8s/node/containerd.toml); the DaemonSet is patched as docs/nri.md says
 # (deploy/examples/nri/daemonset-patch.yaml). A pod attached by the CNI through Multus (a VF of sriov-rdma/pf1 on
 # its own NAD) gets a Soft-RoCE device on net1 from its init container (privileged; an igb VF has no RDMA function
