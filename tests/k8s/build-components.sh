@@ -6,6 +6,7 @@
 #   tests/k8s/build-components.sh            build what is missing, print the directory of each component
 #   tests/k8s/build-components.sh helm       only the named components (make helm: the chart's checks need helm)
 #   K8S_COMPONENTS_CACHE=DIR ...             another cache directory
+#   DROP_GOCACHE=1 ...                       go clean -cache after each component built (.ci/run: disk)
 #
 # Static where the component allows it (CGO_ENABLED=0); runc needs cgo (its nsenter is C) and is linked
 # statically against glibc and libseccomp. Prints each component's build seconds and the total.
@@ -72,6 +73,9 @@ build() {
     local secs=$((SECONDS - start))
     total=$((total + secs))
     echo "build-components: built $dir in ${secs}s"
+    # DROP_GOCACHE=1 (.ci/run sets it): only the binaries are kept, Go's build cache (gigabytes after Kubernetes)
+    # is dropped after each component, as the Rust build beside it needs the disk (a CI run of 7 December ran out).
+    if [ "${DROP_GOCACHE:-}" = 1 ]; then go clean -cache || echo "build-components: go clean -cache failed" >&2; fi
 }
 
 # Kubernetes: our module (tests/k8s/go/kubernetes) requires k8s.io/kubernetes and replaces each staging module
