@@ -272,6 +272,70 @@ impl Attacher {
         Ok(rec.attachments.len())
     }
 
+    /// The runtime's Synchronize (the plugin has just registered: after the daemon's restart, or the runtime's): the
+    /// sandboxes that exist, in one or more parts. A sandbox whose pod has prepared claims and nothing attached ran
+    /// its RunPodSandbox while no plugin was there (the daemon's pod restarted beside it, as after a node crash):
+    /// its devices are attached now. A failure is logged, not returned (the sandbox runs already). The number of
+    /// sandboxes attached.
+    pub async fn catch_up(&self, sandboxes: &[Sandbox]) -> usize {
+        let mut n = 0;
+        for sb in sandboxes {
+            match self.record(&sb.id) {
+                Ok(None) => {}
+                Ok(Some(_)) => continue,
+                Err(e) => {
+                    warn!("DRA attach: at Synchronize, {}/{}: {e}", sb.namespace, sb.name);
+                    continue;
+                }
+            }
+            match devices_of(&self.claims_dir, &sb.uid) {
+                Ok(d) if d.is_empty() => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    warn!("DRA attach: at Synchronize, {}/{}: {e}", sb.namespace, sb.name);
+                    continue;
+                }
+            }
+            info!(
+                "DRA attach: {}/{} (sandbox {}) has prepared claims and nothing attached: its RunPodSandbox came \
+                 while no plugin was registered; attaching now (containers created before got no NCCL variables)",
+                sb.namespace, sb.name, sb.id
+            );
+            match self.attach(sb).await {
+                Ok(k) if k > 0 => n += 1,
+                Ok(_) => {}
+                Err(e) => warn!("DRA attach: at Synchronize, {}/{}: {e}", sb.namespace, sb.name),
+            }
+        }
+        n
+    }
+
+    /// After the last part of a Synchronize: what is attached to a sandbox that is not among `existing` (its
+    /// Stop/RemovePodSandbox came while no plugin was registered) is given back. The number of sandboxes given back.
+    pub async fn release_gone(&self, existing: &[String]) -> usize {
+        let ids: Vec<String> = match std::fs::read_dir(&self.attach_dir) {
+            Ok(rd) => rd
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).map(str::to_string))
+                .filter(|id| !existing.contains(id))
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+            Err(e) => {
+                warn!("DRA attach: at Synchronize, reading {}: {e}", self.attach_dir.display());
+                return 0;
+            }
+        };
+        let mut n = 0;
+        for id in ids {
+            info!("DRA attach: sandbox {id} is gone (its Stop came while no plugin was registered): giving back");
+            match self.detach(&id).await {
+                Ok(_) => n += 1,
+                Err(e) => warn!("DRA attach: at Synchronize, sandbox {id}: {e}"),
+            }
+        }
+        n
+    }
+
     fn remove_record(&self, sandbox_id: &str) {
         if let Ok(p) = self.record_path(sandbox_id) {
             if let Err(e) = cdi::remove_file(&p, "the attach record") {

@@ -400,11 +400,8 @@ async fn run(config: Config, paths: Paths, timing: Timing, sources: reload::Sour
                 status: Some(status),
             })
         });
-        let plugin = nri::Plugin {
-            state_dir: paths.state_dir.clone(),
-            source: Arc::new(nri::Kernel { sysfs: paths.sysfs.clone() }),
-            dra,
-        };
+        let plugin =
+            nri::Plugin::new(paths.state_dir.clone(), Arc::new(nri::Kernel { sysfs: paths.sysfs.clone() }), dra);
         info!("NRI: plugin {}-{} on {}", nri::PLUGIN_INDEX, nri::PLUGIN_NAME, socket.display());
         tokio::spawn(nri::run(socket, Arc::new(plugin), Duration::from_secs(5)));
     }

@@ -61,6 +61,8 @@ pub struct Plugin {
     pub state_dir: PathBuf,
     pub source: Arc<dyn NcclSource>,
     pub dra: Option<Arc<Attacher>>,
+    /// The sandbox IDs of a Synchronize's parts so far (the runtime may send its list in several).
+    pub synced: tokio::sync::Mutex<Vec<String>>,
 }
 
 /// The bit of `event` in ConfigureResponse.events.
@@ -69,6 +71,10 @@ fn bit(event: api::Event) -> i32 {
 }
 
 impl Plugin {
+    pub fn new(state_dir: PathBuf, source: Arc<dyn NcclSource>, dra: Option<Arc<Attacher>>) -> Plugin {
+        Plugin { state_dir, source, dra, synced: Default::default() }
+    }
+
     /// The events the plugin subscribes to.
     pub fn events(&self) -> i32 {
         let sandbox = [api::Event::RunPodSandbox, api::Event::StopPodSandbox, api::Event::RemovePodSandbox];
@@ -87,6 +93,15 @@ impl Plugin {
             }
             "Synchronize" => {
                 let req = api::SynchronizeRequest::decode(payload).map_err(bad)?;
+                if let Some(dra) = &self.dra {
+                    let sandboxes: Vec<Sandbox> = req.pods.into_iter().map(sandbox_of).collect();
+                    let mut seen = self.synced.lock().await;
+                    seen.extend(sandboxes.iter().map(|s| s.id.clone()));
+                    dra.catch_up(&sandboxes).await;
+                    if !req.more {
+                        dra.release_gone(&std::mem::take(&mut *seen)).await;
+                    }
+                }
                 Ok(api::SynchronizeResponse { update: Vec::new(), more: req.more }.encode_to_vec())
             }
             "CreateContainer" => {
@@ -139,14 +154,7 @@ impl Plugin {
     /// runtime gets the error, which names the device, the claim and what went wrong.
     async fn sandbox(&self, event: api::Event, pod: Option<api::PodSandbox>) -> Result<(), Status> {
         let Some(dra) = &self.dra else { return Ok(()) };
-        let pod = pod.unwrap_or_default();
-        let sb = Sandbox {
-            netns: netns_of(&pod).unwrap_or_default(),
-            id: pod.id,
-            uid: pod.uid,
-            namespace: pod.namespace,
-            name: pod.name,
-        };
+        let sb = sandbox_of(pod.unwrap_or_default());
         let who = format!("{}/{} (sandbox {})", sb.namespace, sb.name, sb.id);
         let done = match event {
             api::Event::RunPodSandbox => dra.attach(&sb).await,
@@ -199,6 +207,17 @@ impl Plugin {
             adjust: (!env.is_empty()).then(|| api::ContainerAdjustment { env, ..Default::default() }),
             ..Default::default()
         }
+    }
+}
+
+/// The sandbox as the attach needs it.
+fn sandbox_of(pod: api::PodSandbox) -> Sandbox {
+    Sandbox {
+        netns: netns_of(&pod).unwrap_or_default(),
+        id: pod.id,
+        uid: pod.uid,
+        namespace: pod.namespace,
+        name: pod.name,
     }
 }
 

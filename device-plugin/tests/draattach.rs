@@ -329,3 +329,36 @@ fn the_cni_looks_for_the_prepared_claims_where_the_driver_keeps_them() {
     let p = DraPaths::under(root, DRIVER, "/c".into(), "/s".into(), "/d".into(), "/p".into());
     assert_eq!(p.claims_dir(), root.join(sriov_rdma_cni::kubelet::DRA_CLAIMS));
 }
+
+#[test]
+fn synchronize_attaches_a_sandbox_that_ran_without_the_plugin_and_gives_back_one_that_is_gone() {
+    if !need_root() {
+        return;
+    }
+    let bed = Bed::new("s", 0x7e, 1);
+    let v0 = bed.vfs[0].clone();
+    bed.keep("claim-5", "pod-5", &[("vf", &v0.0, "10.64.0.5/24")]);
+    let a = bed.attacher();
+    let rt = rt();
+    // The runtime's list at Synchronize: pod-5's sandbox ran while no plugin was registered; pod-6 has no claim.
+    let (sb, other) = (bed.sandbox("5e5e5e", "pod-5"), bed.sandbox("6f6f6f", "pod-6"));
+    assert_eq!(rt.block_on(a.catch_up(&[sb.clone(), other.clone()])), 1);
+    let l = link(Some(&bed.netns), "dra0").expect("dra0 in the pod after Synchronize");
+    assert_eq!(l["mtu"], 1400, "{l}");
+    assert_eq!(addrs(&bed.netns, "dra0"), vec!["10.64.0.5/24".to_string()]);
+    assert!(link(None, &v0.1).is_none(), "{} is still on the host", v0.1);
+    assert_eq!(bed.cni_records().len(), 1);
+    // The next Synchronize (the runtime restarted): attached already, nothing done again.
+    assert_eq!(rt.block_on(a.catch_up(std::slice::from_ref(&sb))), 0);
+    assert_eq!(bed.cni_records().len(), 1);
+    // A list with the sandbox in it gives nothing back; one without it (its Stop came while no plugin was there)
+    // gives its VF back.
+    assert_eq!(rt.block_on(a.release_gone(std::slice::from_ref(&sb.id))), 0);
+    assert!(link(Some(&bed.netns), "dra0").is_some());
+    assert_eq!(rt.block_on(a.release_gone(std::slice::from_ref(&other.id))), 1);
+    let l = link(None, &v0.1).unwrap_or_else(|| panic!("{} was not given back", v0.1));
+    assert_ne!(l["mtu"], 1400, "{l}");
+    assert!(link(Some(&bed.netns), "dra0").is_none());
+    assert!(bed.cni_records().is_empty(), "{:?}", bed.cni_records());
+    assert!(a.record(&sb.id).unwrap().is_none());
+}

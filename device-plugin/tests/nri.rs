@@ -206,7 +206,7 @@ async fn setup_with(name: &str, dra: Option<Arc<Attacher>>) -> Setup {
             vec![setting("net1", "10.1.0.3", "mlx5_7:1", 3), setting("net2", "10.2.0.3", "mlx5_4:1", 3)],
         ),
     ]));
-    let plugin = Arc::new(Plugin { state_dir: state, source: Arc::new(table), dra: dra.clone() });
+    let plugin = Arc::new(Plugin::new(state, Arc::new(table), dra.clone()));
     let sock = dir.join("nri.sock");
     let listener = UnixListener::bind(&sock).unwrap();
     let client = UnixStream::connect(&sock).await.unwrap();
@@ -305,14 +305,9 @@ async fn a_pod_without_a_record_gets_no_adjustment() {
     let _ = std::fs::remove_dir_all(&s.dir);
 }
 
-/// With the DRA attach on, RunPodSandbox of a pod whose claim was prepared runs the CNI for its device; when that
-/// fails the runtime gets the error (and fails the sandbox), naming the pod, the interface and the claim. A pod
-/// without a prepared claim, and Stop/Remove of a sandbox nothing was attached to, change nothing and succeed.
-/// (The attach itself on real namespaces: tests/draattach.rs.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_pod_sandbox_attaches_the_pods_claims_and_a_failure_fails_the_sandbox() {
-    let dir = std::env::temp_dir().join(format!("sriov-rdma-nri-claims-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// The DRA attach under `dir`: one prepared claim `default/c` of VF 0000:3b:00.2, reserved for the pod `uid-x`;
+/// the CNI it runs is `cni`.
+fn attacher_of(dir: &Path, cni: std::ffi::OsString) -> Attacher {
     let claims = dir.join("claims");
     let kept = sriov_rdma_device_plugin::claimconfig::Kept {
         request: "vf".into(),
@@ -325,14 +320,25 @@ async fn run_pod_sandbox_attaches_the_pods_claims_and_a_failure_fails_the_sandbo
                 .unwrap_or_default(),
     };
     sriov_rdma_device_plugin::claimconfig::keep(&claims, "default/c", "claim-uid", &["uid-x".into()], &[kept]).unwrap();
-    let attacher = Attacher {
+    Attacher {
         claims_dir: claims,
         attach_dir: dir.join("attached"),
-        cni: vec![dir.join("no-such-cni").into()],
+        cni: vec![cni],
         cni_path: String::new(),
         timeout: Duration::from_secs(5),
         status: None,
-    };
+    }
+}
+
+/// With the DRA attach on, RunPodSandbox of a pod whose claim was prepared runs the CNI for its device; when that
+/// fails the runtime gets the error (and fails the sandbox), naming the pod, the interface and the claim. A pod
+/// without a prepared claim, and Stop/Remove of a sandbox nothing was attached to, change nothing and succeed.
+/// (The attach itself on real namespaces: tests/draattach.rs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_pod_sandbox_attaches_the_pods_claims_and_a_failure_fails_the_sandbox() {
+    let dir = std::env::temp_dir().join(format!("sriov-rdma-nri-claims-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let attacher = attacher_of(&dir, dir.join("no-such-cni").into());
     let mut s = setup_with("dra", Some(Arc::new(attacher))).await;
     let mut p = pod("sandbox-x", "x");
     p.uid = "uid-x".into();
@@ -360,6 +366,44 @@ async fn run_pod_sandbox_attaches_the_pods_claims_and_a_failure_fails_the_sandbo
         s.runtime.call("StopPodSandbox", &api::StopPodSandboxRequest { pod: Some(other.clone()) }).await;
     let _: api::RemovePodSandboxResponse =
         s.runtime.call("RemovePodSandbox", &api::RemovePodSandboxRequest { pod: Some(other) }).await;
+    s.plugin.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// Synchronize (the plugin registered after the sandboxes ran): a listed sandbox whose pod has prepared claims and
+/// nothing attached is attached then; what is attached to a sandbox missing from the runtime's whole list (all its
+/// parts, `more` on every part but the last) is given back. The CNI is a stand-in that succeeds (`true`): what is
+/// checked is which sandbox the plugin attaches and gives back, through its attach record. (The attach and the
+/// give-back on real namespaces: tests/draattach.rs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronize_attaches_what_ran_without_the_plugin_and_gives_back_what_is_gone() {
+    let dir = std::env::temp_dir().join(format!("sriov-rdma-nri-sync-claims-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let attacher = attacher_of(&dir, "/bin/true".into());
+    let mut s = setup_with("sync", Some(Arc::new(attacher))).await;
+    let record = dir.join("attached/sandbox-x.json");
+    assert!(!record.exists(), "nothing attached before");
+    let mut x = pod("sandbox-x", "x");
+    x.uid = "uid-x".into();
+    x.linux = Some(api::LinuxPodSandbox {
+        namespaces: vec![api::LinuxNamespace { r#type: "network".into(), path: "/var/run/netns/pod-x".into() }],
+        ..Default::default()
+    });
+    let mut y = pod("sandbox-y", "y");
+    y.uid = "uid-y".into();
+    // The runtime's list in two parts; sandbox-x in the first.
+    let sync = |pods: Vec<api::PodSandbox>, more: bool| api::SynchronizeRequest { pods, more, ..Default::default() };
+    let r: api::SynchronizeResponse = s.runtime.call("Synchronize", &sync(vec![x.clone(), y], true)).await;
+    assert!(r.update.is_empty() && r.more);
+    assert!(record.exists(), "sandbox-x's claim attached at Synchronize");
+    assert!(!dir.join("attached/sandbox-y.json").exists(), "uid-y has no prepared claim");
+    // The last part does not list sandbox-x, but the first did: it stays.
+    let _: api::SynchronizeResponse = s.runtime.call("Synchronize", &sync(vec![], false)).await;
+    assert!(record.exists(), "a sandbox of an earlier part of the list is kept");
+    // A later Synchronize (the runtime restarted) without it: given back.
+    let _: api::SynchronizeResponse = s.runtime.call("Synchronize", &sync(vec![], false)).await;
+    assert!(!record.exists(), "a sandbox missing from the runtime's list is given back");
     s.plugin.abort();
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&s.dir);
