@@ -136,6 +136,11 @@ pub fn ifname(i: usize) -> String {
     format!("dra{i}")
 }
 
+/// `namespace/name` of the sandbox's pod.
+fn rec_pod(sb: &Sandbox) -> String {
+    format!("{}/{}", sb.namespace, sb.name)
+}
+
 /// The devices of the claims kept for pod `pod_uid`, in a fixed order: by claim, then by request and device.
 pub fn devices_of(claims_dir: &Path, pod_uid: &str) -> Result<Vec<Attached>, String> {
     let entries = match std::fs::read_dir(claims_dir) {
@@ -209,9 +214,27 @@ impl Attacher {
             // A second RunPodSandbox for one sandbox: what the first attached goes back first.
             self.detach(&sb.id).await?;
         }
+        // The kubelet makes a pod a new sandbox only once the one before is dead. What is still recorded for that
+        // one was not given back (its Stop came while no plugin was registered, as after a node crash): it goes
+        // back now, before its devices are attached again, and no late event of it can touch the new sandbox's.
+        for old in self.sandboxes()? {
+            if old == sb.id {
+                continue;
+            }
+            match self.record(&old) {
+                Ok(Some(r)) if r.pod_uid == sb.uid => {
+                    info!("DRA attach: {}: giving back what its earlier sandbox {old} kept", rec_pod(sb));
+                    if let Err(e) = self.detach(&old).await {
+                        warn!("DRA attach: {}: giving back its earlier sandbox {old}: {e}", rec_pod(sb));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => warn!("DRA attach: {}: {e}", rec_pod(sb)),
+            }
+        }
         let rec = Record {
             sandbox: sb.id.clone(),
-            pod: format!("{}/{}", sb.namespace, sb.name),
+            pod: rec_pod(sb),
             pod_uid: sb.uid.clone(),
             netns: sb.netns.clone(),
             attachments: planned,
@@ -313,15 +336,10 @@ impl Attacher {
     /// After the last part of a Synchronize: what is attached to a sandbox that is not among `existing` (its
     /// Stop/RemovePodSandbox came while no plugin was registered) is given back. The number of sandboxes given back.
     pub async fn release_gone(&self, existing: &[String]) -> usize {
-        let ids: Vec<String> = match std::fs::read_dir(&self.attach_dir) {
-            Ok(rd) => rd
-                .flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).map(str::to_string))
-                .filter(|id| !existing.contains(id))
-                .collect(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+        let ids: Vec<String> = match self.sandboxes() {
+            Ok(ids) => ids.into_iter().filter(|id| !existing.contains(id)).collect(),
             Err(e) => {
-                warn!("DRA attach: at Synchronize, reading {}: {e}", self.attach_dir.display());
+                warn!("DRA attach: at Synchronize, {e}");
                 return 0;
             }
         };
@@ -334,6 +352,18 @@ impl Attacher {
             }
         }
         n
+    }
+
+    /// The sandboxes something is recorded as attached to.
+    fn sandboxes(&self) -> Result<Vec<String>, String> {
+        match std::fs::read_dir(&self.attach_dir) {
+            Ok(rd) => Ok(rd
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).map(str::to_string))
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(format!("reading the attach records in {}: {e}", self.attach_dir.display())),
+        }
     }
 
     fn remove_record(&self, sandbox_id: &str) {

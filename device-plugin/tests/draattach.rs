@@ -150,6 +150,15 @@ impl Bed {
         claimconfig::keep(&self.claims_dir(), &format!("team-a/{uid}"), uid, &[pod_uid.to_string()], &kept).unwrap();
     }
 
+    /// The pod's namespace destroyed: the kernel hands a real VF back to the host (a veth dies with it, so the
+    /// stand-in `vf` is made again under the VF's name, with the MTU the pod gave it, as the main crate's tests do).
+    fn netns_gone(&self, vf: &(String, String)) {
+        must(&["ip", "netns", "del", &self.netns]);
+        let _ = sh(&["ip", "link", "del", &format!("{}p", vf.1)]);
+        must(&["ip", "link", "add", &vf.1, "mtu", "1400", "type", "veth", "peer", "name", &format!("{}p", vf.1)]);
+        self.tree.set_vf_netdev(&vf.0, &vf.1).unwrap();
+    }
+
     fn sandbox(&self, id: &str, pod_uid: &str) -> Sandbox {
         Sandbox {
             id: id.into(),
@@ -268,17 +277,41 @@ fn stop_after_the_pods_namespace_is_gone_still_finishes() {
     let a = bed.attacher();
     assert_eq!(rt().block_on(a.attach(&bed.sandbox("77aa", "pod-3"))).expect("attach"), 1);
     assert!(link(Some(&bed.netns), "dra0").is_some());
-    // The namespace destroyed: the kernel hands a real VF back to the host (a veth dies with it, so the stand-in
-    // is made again under the VF's name, with the MTU the pod gave it, as the main crate's tests do).
-    must(&["ip", "netns", "del", &bed.netns]);
-    let _ = sh(&["ip", "link", "del", &format!("{}p", v0.1)]);
-    must(&["ip", "link", "add", &v0.1, "mtu", "1400", "type", "veth", "peer", "name", &format!("{}p", v0.1)]);
-    bed.tree.set_vf_netdev(&v0.0, &v0.1).unwrap();
+    bed.netns_gone(&v0);
     assert_eq!(rt().block_on(a.detach("77aa")).expect("detach without the namespace"), 1);
     let l = link(None, &v0.1).expect("the VF on the host");
     assert_ne!(l["mtu"], 1400, "its MTU was not given back: {l}");
     assert!(bed.cni_records().is_empty(), "{:?}", bed.cni_records());
     assert!(!bed.dir.join("attached/77aa.json").exists());
+}
+
+#[test]
+fn a_new_sandbox_of_the_pod_first_gives_back_what_its_dead_one_kept() {
+    if !need_root() {
+        return;
+    }
+    let bed = Bed::new("n", 0x7d, 1);
+    let v0 = bed.vfs[0].clone();
+    bed.keep("claim-7", "pod-7", &[("vf", &v0.0, "10.64.0.7/24")]);
+    let a = bed.attacher();
+    assert_eq!(rt().block_on(a.attach(&bed.sandbox("aa01", "pod-7"))).expect("attach"), 1);
+    // A node crash: the sandbox's namespace is gone and its Stop never reached the plugin; the kubelet runs the pod
+    // in a new sandbox.
+    bed.netns_gone(&v0);
+    must(&["ip", "netns", "add", &bed.netns]);
+    assert_eq!(rt().block_on(a.attach(&bed.sandbox("aa02", "pod-7"))).expect("attach to the new sandbox"), 1);
+    assert!(a.record("aa01").unwrap().is_none(), "the dead sandbox's record is left");
+    assert!(a.record("aa02").unwrap().is_some());
+    let l = link(Some(&bed.netns), "dra0").expect("dra0 in the new sandbox");
+    assert_eq!(l["mtu"], 1400, "{l}");
+    assert_eq!(addrs(&bed.netns, "dra0"), vec!["10.64.0.7/24".to_string()]);
+    let recs = bed.cni_records();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    // A late Stop of the dead sandbox finds nothing and leaves the new one's VF where it is.
+    assert_eq!(rt().block_on(a.detach("aa01")).expect("late detach"), 0);
+    assert!(link(Some(&bed.netns), "dra0").is_some());
+    assert_eq!(rt().block_on(a.detach("aa02")).expect("detach"), 1);
+    assert!(bed.cni_records().is_empty(), "{:?}", bed.cni_records());
 }
 
 #[test]
