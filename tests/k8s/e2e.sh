@@ -34,9 +34,9 @@ case "$NODE_B" in "" | crio | none) ;; *) die "K8S_NODE_B=$NODE_B: the second no
 # Node B: its name, its PF's name and VF count differ from node A's (real clusters are not uniform); the taint keeps
 # every pod that does not tolerate it (all of node A's scenarios) off it.
 NODEB=sriov-b; PFB=pfb0; PFB_VFS=3; NODEB_TAINT=sriov-rdma.test/runtime=crio:NoSchedule
-# Node B's files, last: crio.sh (its shell, its DaemonSet pod) before cluster.sh (across the nodes) and
-# collective.sh (an all-reduce across four pods on both nodes).
-NODE_B_FILES="crio.sh cluster.sh collective.sh"
+# Node B's files, last: crio.sh (its shell, its DaemonSet pod), crionri.sh (the NRI plugin on CRI-O), then cluster.sh
+# (across the nodes) and collective.sh (an all-reduce across four pods on both nodes).
+NODE_B_FILES="crio.sh crionri.sh cluster.sh collective.sh"
 # Scenario files a full run leaves out, run only when K8S_ONLY names them: whereabouts.sh, whose pods are in the
 # default namespace, which the node policy tenants.sh leaves on the node refuses (cluster.sh and collective.sh
 # show whereabouts across both nodes in namespaces the policy admits).
@@ -45,10 +45,10 @@ ONLY=""
 if [ -n "${K8S_ONLY:-}" ]; then
   for f in $K8S_ONLY; do
     case " $FILES $NODE_B_FILES $OPT_FILES " in *" $f "*) ;; *) die "K8S_ONLY: $f is not a scenario file (one of: $FILES $NODE_B_FILES $OPT_FILES)" ;; esac
-    # scenarios.sh runs its own includes; cluster.sh and collective.sh use crio.sh's shell on node B.
+    # scenarios.sh runs its own includes; cluster.sh, collective.sh and crionri.sh use crio.sh's shell on node B.
     case $f in
       scenarios.sh) ONLY="$ONLY scenarios.sh rdma.sh devices.sh tenants.sh ops.sh" ;;
-      cluster.sh | collective.sh) ONLY="$ONLY crio.sh $f" ;;
+      cluster.sh | collective.sh | crionri.sh) ONLY="$ONLY crio.sh $f" ;;
       *) ONLY="$ONLY $f" ;;
     esac
   done
@@ -305,7 +305,10 @@ expected_of() {
       [ "${DRA_GPU:-1}" = 1 ] && set -- "$@" dra-gpu-standin-registered dra-gpu-alignment \
         dra-gpu-alignment-unsatisfiable dra-gpu-standin-gone ;;
     nri.sh) set -- nri-plugin-registered nri-nccl-env nri-own-variable-kept nri-no-record-no-env nri-off-again ;;
-    draattach.sh) set -- dra-attach-run-pod-sandbox dra-attach-network-data dra-attach-stop-gives-back dra-attach-off-again ;;
+    crionri.sh) set -- crio-nri-plugin-registered crio-nri-nccl-env crio-nri-own-variable-kept crio-nri-no-record-no-env \
+      crio-nri-off-again ;;
+    draattach.sh) set -- dra-attach-run-pod-sandbox dra-attach-network-data dra-attach-restarts dra-attach-node-crash \
+      dra-attach-stop-gives-back dra-attach-rdma dra-attach-rdma-gives-back dra-attach-off-again ;;
     ops.sh) set -- config-reload two-vf-pod-one-per-pf metrics-allocation metrics-health-change config-bad-edit-kept \
       config-restored rdma-cni-chain-refused policy-configmap-deleted-keeps-node-policy ;;
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
@@ -372,6 +375,41 @@ else sed 's/^spec:$/spec:\n  nodeName: localhost/' "$here/manifests/node-debug.y
 k -n kube-system wait --for=condition=Ready pod/node-debug --timeout=180s >/dev/null \
   || { fail node-debug "node shell pod not Ready: $(k -n kube-system describe pod node-debug | tail -5)"; finish; }
 onnode() { k -n kube-system exec node-debug -- chroot /host /bin/sh -c "$1"; }
+# rxe_init NETDEV RXE: a pod's initContainers block (privileged: rdma link add needs CAP_NET_ADMIN) that adds the
+# Soft-RoCE device RXE on NETDEV and waits for its RoCE v2 GID of an IPv4 address (::ffff:a.b.c.d).
+rxe_init() {
+  cat <<EOF
+  initContainers:
+    - name: rxe
+      image: localhost/sriov-rdma-pod:1
+      imagePullPolicy: Never
+      command: ["sh", "-c", "rdma link add $2 type rxe netdev $1 && for i in \$(seq 1 100); do grep -qs ':ffff:' /sys/class/infiniband/$2/ports/1/gids/* && exit 0; sleep 0.1; done; exit 1"]
+      securityContext: { privileged: true }
+EOF
+}
+wait_exec() { # waits until kubectl exec into the node shell works again (after containerd/kubelet restarts)
+  for _ in $(seq 1 120); do onnode true >/dev/null 2>&1 && return 0; sleep 1; done; return 1
+}
+# crash_node_a: node A's kubelet, containerd, the shims and the pods' processes SIGKILLed, the pods' netns removed
+# (the kernel returns their VFs to the node), the daemons held down 3 s, then started again by the node; returns
+# once the node is Ready and its shell answers. Run from the node's root cgroup, detached: the node shell pod
+# itself dies with the others.
+crash_node_a() {
+  onnode 'echo $$ > /sys/fs/cgroup/cgroup.procs; touch /run/hold-kubelet /run/hold-containerd
+    setsid sh -c "echo \$\$ > /sys/fs/cgroup/cgroup.procs
+      kill -9 \$(pidof kubelet) \$(pidof containerd) 2>/dev/null; sleep 0.5
+      kill -9 \$(pidof containerd-shim-runc-v2) 2>/dev/null
+      for c in /sys/fs/cgroup/kubepods*; do [ -e \$c/cgroup.kill ] && echo 1 > \$c/cgroup.kill; done
+      for n in /run/netns/cni-*; do umount \$n; rm -f \$n; done
+      sleep 3; rm -f /run/hold-kubelet /run/hold-containerd" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
+  sleep 10; node_ready; wait_exec
+}
+node_ready() { # waits until node A is Ready (after a kubelet restart or a node crash)
+  for _ in $(seq 1 180); do
+    [ "$(k get node localhost -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] && return 0
+    sleep 1
+  done; return 1
+}
 PFS=$(onnode 'for n in /sys/class/net/*; do [ "$(basename "$(readlink $n/device/driver 2>/dev/null)")" = igb ] && basename $n; done' 2>/dev/null | tr '\n' ' ')
 set -- $PFS; PF1=${1:-}; PF2=${2:-}
 [ -n "$PF1" ] && [ -n "$PF2" ] || { fail node-pfs "two igb PFs expected on the node, found '$PFS'"; finish; }
@@ -677,7 +715,7 @@ if [ -n "$ONLY" ]; then
   say "K8S_ONLY: running only$ONLY"
   for f in $K8S_ONLY; do
     case " $K8S_ONLY " in *" scenarios.sh "*) case $f in rdma.sh|devices.sh|tenants.sh|ops.sh) continue ;; esac ;; esac
-    case " $K8S_ONLY " in *" crio.sh "*) ;; *) case $f in cluster.sh | collective.sh) [ -n "${CRIO_DONE:-}" ] || include crio.sh; CRIO_DONE=1 ;; esac ;; esac
+    case " $K8S_ONLY " in *" crio.sh "*) ;; *) case $f in cluster.sh | collective.sh | crionri.sh) [ -n "${CRIO_DONE:-}" ] || include crio.sh; CRIO_DONE=1 ;; esac ;; esac
     include "$f"
   done
 else
@@ -698,6 +736,6 @@ else
   include draattach.sh
   # Last: node B joins; crio.sh labels it, which brings the DaemonSet there (the files above count one DaemonSet
   # pod), cluster.sh uses both nodes, collective.sh four pods on both.
-  if [ -n "$NODE_B" ]; then boot_node_b; include crio.sh; include cluster.sh; include collective.sh; fi
+  if [ -n "$NODE_B" ]; then boot_node_b; include crio.sh; include crionri.sh; include cluster.sh; include collective.sh; fi
 fi
 finish

@@ -173,15 +173,6 @@ delete_and_check() { # delete_and_check NAME: deletes both pods, expects BEFORE 
   else fail "$1" "before: $(echo "$BEFORE" | tr '\n' ';') after: $(echo "$NOW" | tr '\n' ';')"; fi
 }
 carriers() { [ "$(inpod rdma-a 'cat /sys/class/net/net1/carrier' 2>/dev/null)$(inpod rdma-b 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 11 ]; }
-wait_exec() { # waits until kubectl exec into the node shell works again (after containerd/kubelet restarts)
-  for _ in $(seq 1 120); do onnode true >/dev/null 2>&1 && return 0; sleep 1; done; return 1
-}
-node_ready() {
-  for _ in $(seq 1 180); do
-    [ "$(k get node localhost -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] && return 0
-    sleep 1
-  done; return 1
-}
 
 # --- containerd restarted, then the kubelet restarted, while the pods run; then delete restores ---
 if two_up; then
@@ -239,15 +230,7 @@ else fail crictl-stopp-rmp "pods did not come up"; k delete pod rdma-a rdma-b --
 # (the kernel returns the VFs), the daemons started again: the VFs go back into service in new sandboxes ---
 if two_up; then
   sa=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null)
-  # Run from the node's root cgroup, detached: the node shell pod itself dies with the others.
-  onnode 'echo $$ > /sys/fs/cgroup/cgroup.procs; touch /run/hold-kubelet /run/hold-containerd
-    setsid sh -c "echo \$\$ > /sys/fs/cgroup/cgroup.procs
-      kill -9 \$(pidof kubelet) \$(pidof containerd) 2>/dev/null; sleep 0.5
-      kill -9 \$(pidof containerd-shim-runc-v2) 2>/dev/null
-      for c in /sys/fs/cgroup/kubepods*; do [ -e \$c/cgroup.kill ] && echo 1 > \$c/cgroup.kill; done
-      for n in /run/netns/cni-*; do umount \$n; rm -f \$n; done
-      sleep 3; rm -f /run/hold-kubelet /run/hold-containerd" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
-  sleep 10; node_ready; wait_exec
+  crash_node_a
   # The restarted kubelet admits the pods again before the device plugin (whose container died too) has
   # registered: it then fails them (UnexpectedAdmissionError, "no healthy devices present" — the kubelet's way,
   # its pods' VFs unknown to it for that moment) or, if the plugin was quicker, runs them in new sandboxes. Either
