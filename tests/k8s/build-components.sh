@@ -132,21 +132,24 @@ build "multus-$MULTUS" multus -- modbuild multus multus gopkg.in/k8snetworkplumb
 build "rdma-cni-$RDMA_CNI" rdma -- modbuild rdma-cni rdma github.com/k8snetworkplumbingwg/rdma-cni/cmd/rdma
 
 # whereabouts, the cluster-wide IPAM (tests/k8s/whereabouts.sh): its module has a replace directive, which `go
-# install …@version` refuses. Its CRDs (the IPPool its allocations live in) come from the same module.
+# install …@version` refuses. Its CRDs (the IPPool its allocations live in) come from the same module, and so does
+# ip-control-loop, its garbage collection of allocations whose pod is gone (cluster.sh's cluster-whereabouts-gc).
+# The directory's name says it holds ip-control-loop: a cached directory of the same version without it is not reused.
 whereabouts_build() {
     local m=github.com/k8snetworkplumbingwg/whereabouts
     modbuild whereabouts whereabouts "$m/cmd"
+    modbuild whereabouts ip-control-loop "$m/cmd/controlloop"
     mkdir -p "$OUT/crds"
     cp "$(cd "$HERE/go/whereabouts" && go list -m -f '{{.Dir}}' "$m")"/doc/crds/whereabouts.cni.cncf.io_*.yaml "$OUT/crds/"
 }
-build "whereabouts-$WHEREABOUTS" whereabouts -- whereabouts_build
+build "whereabouts-$WHEREABOUTS-gc" whereabouts ip-control-loop -- whereabouts_build
 
 # Helm v4 from its module (helm.sh/helm/v4 has no replace directives); `helm version` says the module's version.
 build "helm-$HELM" helm -- goinstall -ldflags "-s -w" "helm.sh/helm/v4/cmd/helm@$HELM"
 
 echo "build-components: total build seconds this run: $total"
 for d in "kubernetes-$KUBERNETES" "etcd-$ETCD" "containerd-$CONTAINERD" "runc-$RUNC" "cri-tools-$CRI_TOOLS" \
-    "multus-$MULTUS" "rdma-cni-$RDMA_CNI" "whereabouts-$WHEREABOUTS" "helm-$HELM"; do
+    "multus-$MULTUS" "rdma-cni-$RDMA_CNI" "whereabouts-$WHEREABOUTS-gc" "helm-$HELM"; do
     want "${d%-v*}" && echo "component $d $CACHE/$d"
 done
 exit 0
