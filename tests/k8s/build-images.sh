@@ -17,6 +17,8 @@
 #   localhost/sriov-cni:v2.10.0    sriov-cni v2.10.0 and rdma-cni v1.6.0 (scripts/anchors.sh) and a static busybox,
 #                                  for a DaemonSet that copies them into the node's /opt/cni/bin as sriov-cni's
 #                                  own DaemonSet does: migration.sh
+#   localhost/whereabouts-ip-control-loop:v0.9.2   whereabouts' ip-control-loop alone (static, from the whereabouts
+#                                  component of build-components.sh): cluster.sh's cluster-whereabouts-gc, node A only
 #   build-images.sh OUTDIR
 set -euo pipefail
 trap 'echo "build-images: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -116,8 +118,16 @@ install -m 0755 "$anchors/sriov-cni-v2.10.0" "$root/usr/bin/sriov"
 install -m 0755 "$anchors/rdma-cni-v1.6.0" "$root/usr/bin/rdma"
 tar -C "$root" -c . | "$PODMAN" import -q --change 'ENV PATH=/bin:/usr/bin' - localhost/sriov-cni:v2.10.0 >/dev/null
 
+# whereabouts' garbage collection; the tag is the component's version (its directory whereabouts-VERSION-gc).
+wb=$("$here/build-components.sh" whereabouts | awk '$1 == "component" { print $2, $3 }')
+wb_tag=${wb%% *}; wb_tag=${wb_tag#whereabouts-}; wb_tag=${wb_tag%-gc}
+root=$work/wbgc
+mkdir -p "$root"
+install -m 0755 "${wb#* }/ip-control-loop" "$root/ip-control-loop" || die "no ip-control-loop in the whereabouts component (${wb#* })"
+tar -C "$root" -c . | "$PODMAN" import -q --change 'ENTRYPOINT ["/ip-control-loop"]' - "localhost/whereabouts-ip-control-loop:$wb_tag" >/dev/null
+
 for img in localhost/k8s-pause:1 localhost/sriov-rdma-pod:1 $mpi_image "localhost/sriov-rdma:$version" "localhost/sriov-rdma:$version-upgrade" \
-           localhost/sriovdp:v3.11.0 localhost/sriov-cni:v2.10.0; do
+           localhost/sriovdp:v3.11.0 localhost/sriov-cni:v2.10.0 "localhost/whereabouts-ip-control-loop:$wb_tag"; do
   f=$out/$(echo "${img#localhost/}" | tr ':/' '__').tar
   rm -f "$f"
   "$PODMAN" save -q --format oci-archive -o "$f" "$img" >/dev/null || die "podman save $img failed"
