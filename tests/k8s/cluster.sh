@@ -10,6 +10,8 @@
 #   - pod start (kubectl apply → Ready with net1 carrier) per runtime, and the plugin's share of it from its log;
 #   - kubectl drain of node B evicts its pods and gives their VFs back, the DaemonSet stays; uncordon, and the
 #     Deployment's pod comes up there again.
+#   - after node B crashes and stays down, whereabouts' ip-control-loop frees the address of its pod that was
+#     force-deleted (no CNI DEL ran), and node B, once back, is as before.
 # Soft-RoCE on each pod's net1 stands in for the VF's own RDMA function (an igb VF has none), as in rdma.sh.
 # Everything is read from the API server (pods, IPPool, node) or from each node's kernel (its PF's VF table, the
 # VFs' netdevs, the traffic), not from an exit status of ours.
@@ -234,5 +236,146 @@ for _ in $(seq 1 60); do XA_NOW=$(node_snap); XB_NOW=$(snapb); [ "$XA_NOW" = "$X
 [ "$XB_NOW" = "$XB_BEFORE" ] || why="$why node B differs: $(diff <(echo "$XB_BEFORE") <(echo "$XB_NOW") | tr '\n' ';');"
 [ -z "$why" ] && pass "cluster-delete-restores(both nodes' VF rows, names, MACs and MTUs as before, no record; the IPPool empty)" \
   || fail cluster-delete-restores "$why"
+
+# --- cluster-whereabouts-gc: whereabouts' ip-control-loop on node A (a Deployment; its reconcile every minute, from
+#     the cron schedule its ConfigMap mounts at /cron-schedule) frees the address of a pod whose node crashed and
+#     stays down, so that no CNI DEL ran: xg (team-b, net-xb) on node B gets an address and a reconcile keeps it
+#     while xg lives; node B crashes (crash_b) with its kubelet and CRI-O held down, the pod object is force-deleted:
+#     the IPPool still holds xg's address, node B's lease is not renewed, until a reconcile frees it (its log line
+#     quoted). Then node B's daemons are let go (they wait for a ConfigMap in the API server, through the node's
+#     kubeconfig), its kubelet tears the old sandbox down, and node B is as before: rows, names, MACs, no record ---
+WB_GC_IMAGE=localhost/whereabouts-ip-control-loop:$(basename "$WB_DIR" | sed -e 's/^whereabouts-//' -e 's/-gc$//')
+# wb_gc: the GC's ServiceAccount, ClusterRole (whereabouts' own rules, its doc/crds/daemonset-install.yaml) and
+# binding, schedule and Deployment (host network: the API server is 10.0.2.2:$AP from the node, as in dra.sh)
+wb_gc() {
+  cat <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata: { name: whereabouts-gc, namespace: kube-system }
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: { name: whereabouts-gc }
+rules:
+  - apiGroups: [whereabouts.cni.cncf.io]
+    resources: [ippools, overlappingrangeipreservations, nodeslicepools]
+    verbs: [get, list, watch, create, update, patch, delete]
+  - { apiGroups: [coordination.k8s.io], resources: [leases], verbs: ["*"] }
+  - { apiGroups: [""], resources: [pods], verbs: [list, watch, get] }
+  - { apiGroups: [""], resources: [nodes], verbs: [get, list, watch] }
+  - { apiGroups: [k8s.cni.cncf.io], resources: [network-attachment-definitions], verbs: [get, list, watch] }
+  - { apiGroups: ["", events.k8s.io], resources: [events], verbs: [create, patch, update, get] }
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: { name: whereabouts-gc }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: whereabouts-gc }
+subjects: [{ kind: ServiceAccount, name: whereabouts-gc, namespace: kube-system }]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: whereabouts-gc-schedule, namespace: kube-system }
+data: { config: "* * * * *" }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: { name: whereabouts-gc, namespace: kube-system }
+spec:
+  replicas: 1
+  selector: { matchLabels: { app: whereabouts-gc } }
+  template:
+    metadata: { labels: { app: whereabouts-gc } }
+    spec:
+      serviceAccountName: whereabouts-gc
+      hostNetwork: true
+      nodeSelector: { kubernetes.io/hostname: localhost }
+      terminationGracePeriodSeconds: 1
+      containers:
+        - name: ip-control-loop
+          image: $WB_GC_IMAGE
+          imagePullPolicy: Never
+          env:
+            - { name: NODENAME, valueFrom: { fieldRef: { fieldPath: spec.nodeName } } }
+            - { name: KUBERNETES_SERVICE_HOST, value: 10.0.2.2 }
+            - { name: KUBERNETES_SERVICE_PORT, value: "$AP" }
+          volumeMounts: [{ name: schedule, mountPath: /cron-schedule }]
+      volumes: [{ name: schedule, configMap: { name: whereabouts-gc-schedule, items: [{ key: config, path: config }] } }]
+EOF
+}
+gclog() { k -n kube-system logs deploy/whereabouts-gc 2>/dev/null; }
+lease_b() { k -n kube-node-lease get lease "$NODEB" -o 'jsonpath={.spec.renewTime}' 2>/dev/null; }
+# orip_of PODREF: the OverlappingRangeIPReservations (whereabouts' cluster-wide record of an address) held by PODREF
+orip_of() {
+  k get overlappingrangeipreservations.whereabouts.cni.cncf.io -A -o 'jsonpath={range .items[*]}{.metadata.name} {.spec.podref}{"\n"}{end}' 2>/dev/null \
+    | awk -v p="$1" '$2 == p { print $1 }'
+}
+why=""
+wb_gc | k apply -f - >/dev/null 2>&1 || why="kubectl apply of whereabouts-gc failed;"
+k -n kube-system rollout status deploy/whereabouts-gc --timeout=120s >/dev/null 2>&1 \
+  || why="$why whereabouts-gc not available: $(k -n kube-system get pods -l app=whereabouts-gc -o wide 2>&1 | tail -1);"
+for _ in $(seq 1 60); do gclog | grep -q 'using expression: \* \* \* \* \*' && break; sleep 1; done
+gclog | grep -q 'using expression: \* \* \* \* \*' || why="$why ip-control-loop has not read its schedule: $(gclog | tail -3 | tr '\n' ' ');"
+XG=""; down=""
+if [ -z "$why" ]; then
+  PODNS=$XNS PODNODE=$NODEB pod xg net-xb sriov-rdma/pfb | k apply -f - >/dev/null
+  if up_in "$XNS" xg; then
+    XG=$(xaddr "$XNS" xg)
+    wb_allocs_are "$XPOOL" "$XG $XNS/xg" || why="$why the IPPool holds '$(echo "$WB_GOT" | tr '\n' ';')' with xg ($XG) up;"
+    # A reconcile that saw xg alive (its address in xg's network-status) and kept its address.
+    kept=""
+    for _ in $(seq 1 100); do
+      kept=$(gclog | grep -F "pod reference $XNS/xg matches allocation; Allocation IP: $XG;" | tail -1); [ -n "$kept" ] && break; sleep 1
+    done
+    for _ in $(seq 1 20); do gclog | sed -n "/pod reference $XNS\/xg matches/,\$p" | grep -q 'reconciler success' && break; sleep 1; done
+    [ -n "$kept" ] || why="$why no reconcile of xg in 100 s: $(gclog | tail -3 | tr '\n' ' ');"
+    wb_allocs_are "$XPOOL" "$XG $XNS/xg" || why="$why a reconcile freed xg's $XG while xg lives: the IPPool holds '$(echo "$WB_GOT" | tr '\n' ';')';"
+    orip=$(orip_of "$XNS/xg")
+  else why="$why xg not Ready with net1 carrier: $(k -n "$XNS" get pod xg -o wide 2>&1 | tail -1)"; fi
+fi
+if [ -z "$why" ]; then
+  # Node B's daemons, once crashed, wait until the API server has the ConfigMap node-b-back (600 s at most, so that
+  # a run that stops here does not strand node B); the client certificate and key come from the node's kubeconfig.
+  onb "sed -n 's/^ *client-certificate-data: //p' /k8s/run/kubeconfig | busybox base64 -d > /run/back.crt
+       sed -n 's/^ *client-key-data: //p' /k8s/run/kubeconfig | busybox base64 -d > /run/back.key" >/dev/null 2>&1
+  k -n kube-system delete configmap node-b-back --ignore-not-found >/dev/null 2>&1
+  crash_b 'i=0; while [ \$i -lt 600 ] && ! curl -sf --cacert /k8s/run/ca.crt --cert /run/back.crt --key /run/back.key https://10.0.2.2:'"$AP"'/api/v1/namespaces/kube-system/configmaps/node-b-back > /dev/null 2>&1; do sleep 1; i=\$((i + 1)); done; rm -f /run/back.crt /run/back.key'
+  down=1
+  sleep 5; l1=$(lease_b)
+  # Not at a minute's turn, when a reconcile may run: the IPPool is read right after the delete.
+  for _ in $(seq 1 60); do s=$(date -u +%S); [ "${s#0}" -ge 5 ] && [ "${s#0}" -le 45 ] && break; sleep 1; done
+  k -n "$XNS" delete pod xg --force --grace-period=0 >/dev/null 2>&1
+  held=$(wb_allocs "$XPOOL")
+  k -n "$XNS" get pod xg >/dev/null 2>&1 && why="$why pod xg still in the API server after the forced delete;"
+  [ "$held" = "$XG $XNS/xg" ] || why="$why the IPPool right after the forced delete holds '$(echo "$held" | tr '\n' ';')', not xg's $XG;"
+  t=$SECONDS; freed=""; line=""
+  for _ in $(seq 1 180); do
+    line=$(gclog | grep -F "successfully cleanup IPs: [$XG]" | tail -1)
+    [ -n "$line" ] && k -n kube-system get ippools.whereabouts.cni.cncf.io "$XPOOL" >/dev/null 2>&1 && [ -z "$(wb_allocs "$XPOOL")" ] \
+      && { freed=$((SECONDS - t)); break; }
+    sleep 1
+  done
+  l2=$(lease_b); readyb=$(kb '{.status.conditions[?(@.type=="Ready")].status}')
+  [ -n "$freed" ] || why="$why xg's $XG not freed in 180 s: the IPPool holds '$(wb_allocs "$XPOOL" | tr '\n' ';')'; log: $(gclog | grep -E 'cleanup|reconciler|rror' | tail -3 | tr '\n' ' ');"
+  [ -n "$l1" ] && [ "$l1" = "$l2" ] || why="$why node B's lease renewed while it was down: '$l1' → '$l2';"
+  orip_left=""; [ -z "$orip" ] || for _ in $(seq 1 10); do orip_left=$(orip_of "$XNS/xg"); [ -z "$orip_left" ] && break; sleep 1; done
+  [ -z "$orip_left" ] || why="$why the OverlappingRangeIPReservation $orip_left of xg is left;"
+fi
+if [ -n "$down" ]; then
+  # Node B back: its daemons let go, Ready, its shell; the kubelet tears down the sandbox of the pod it no longer
+  # has (the DEL gives the VF back and removes the record) and the device plugin registers again.
+  k -n kube-system create configmap node-b-back >/dev/null 2>&1
+  crio_ready_back || why="$why $NODEB not Ready again after its daemons were let go;"
+  crio_exec_back || why="$why no shell on $NODEB again;"
+  k -n kube-system delete configmap node-b-back --ignore-not-found >/dev/null 2>&1
+  for _ in $(seq 1 150); do XB_NOW=$(snapb); [ "$XB_NOW" = "$XB_BEFORE" ] && break; sleep 1; done
+  [ "$XB_NOW" = "$XB_BEFORE" ] || why="$why node B differs: $(diff <(echo "$XB_BEFORE") <(echo "$XB_NOW") | tr '\n' ';');"
+  for _ in $(seq 1 120); do [ "$(capb allocatable sriov-rdma/pfb)" = "$PFB_VFS" ] && break; sleep 1; done
+  [ "$(capb allocatable sriov-rdma/pfb)" = "$PFB_VFS" ] || why="$why allocatable sriov-rdma/pfb on $NODEB is '$(capb allocatable sriov-rdma/pfb)';"
+  wb_allocs_are "$XPOOL" || why="$why the IPPool holds '$(echo "$WB_GOT" | tr '\n' ';')' after node B is back;"
+fi
+[ -z "$why" ] && pass "cluster-whereabouts-gc(xg $XG on $NODEB kept by a reconcile while alive; $NODEB crashed and held down (lease not renewed, Ready=$readyb), xg force-deleted: the IPPool still held $XG, then ip-control-loop on localhost freed it ${freed} s later ('$(echo "$line" | cut -c1-120)')${orip:+, its OverlappingRangeIPReservation $orip gone too}; $NODEB back: rows, VF names, MACs, MTUs as before, no record, the IPPool empty)" \
+  || fail cluster-whereabouts-gc "$why"
+k -n "$XNS" delete pod xg --ignore-not-found --force --grace-period=0 >/dev/null 2>&1
+wb_gc | k delete -f - --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1
 k -n "$XNS" delete networkattachmentdefinition net-xa net-xb --ignore-not-found >/dev/null 2>&1
 k -n "$YNS" delete networkattachmentdefinition net-yb --ignore-not-found >/dev/null 2>&1

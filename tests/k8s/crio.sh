@@ -306,16 +306,22 @@ k wait --for=delete pod/crio-bad --timeout=120s >/dev/null 2>&1
 #     /var/run/netns/<id>) removed, so the kernel returns the VF to the host; the daemons started again by the
 #     node's supervisor: the VF goes back into service (the same pod in a new sandbox, or the pod failed by the
 #     kubelet and a new one), and deleting it leaves node B as before ---
-if crio_up crio-c; then
-  PODC=crio-c; crio_state; sb=$SBC
-  # From the node's root cgroup, detached: the node shell pod dies with the others.
+# crash_b THEN: node B crashes: the kubelet, CRI-O, every conmon and the pods' processes SIGKILLed, the pods' netns
+# removed; both daemons are held down until THEN (node B's shell, inside a double-quoted sh -c: \$ for $) has
+# run, then its supervisor starts them again. From the node's root cgroup, detached: the node shell pod dies
+# with the others.
+crash_b() {
   onb 'echo $$ > /sys/fs/cgroup/cgroup.procs; touch /run/hold-kubelet /run/hold-crio
     setsid sh -c "echo \$\$ > /sys/fs/cgroup/cgroup.procs
       kill -9 \$(pidof kubelet) \$(pidof crio) 2>/dev/null; sleep 0.5
       kill -9 \$(pidof conmon) 2>/dev/null
       for c in /sys/fs/cgroup/kubepods*; do [ -e \$c/cgroup.kill ] && echo 1 > \$c/cgroup.kill; done
       for n in /var/run/netns/*; do umount \$n; rm -f \$n; done
-      sleep 3; rm -f /run/hold-kubelet /run/hold-crio" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
+      '"$1"'; rm -f /run/hold-kubelet /run/hold-crio" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
+}
+if crio_up crio-c; then
+  PODC=crio-c; crio_state; sb=$SBC
+  crash_b 'sleep 3'
   sleep 10; crio_ready_back; crio_exec_back
   ok=""; how=""
   for _ in $(seq 1 120); do

@@ -316,7 +316,8 @@ expected_of() {
       crio-kubelet-restart crio-delete-restores crio-force-delete crio-stopp-rmp crio-stopp-rmp-then-delete crio-bad-config \
       crio-node-crash crio-node-crash-then-delete ;;
     cluster.sh) set -- cluster-nodes cluster-whereabouts cluster-ping cluster-rdma-rping cluster-rdma-write-bw \
-      cluster-vlan-isolation pod-start-per-runtime drain-evicts-and-restores uncordon-reschedules cluster-delete-restores ;;
+      cluster-vlan-isolation pod-start-per-runtime drain-evicts-and-restores uncordon-reschedules cluster-delete-restores \
+      cluster-whereabouts-gc ;;
     collective.sh) set -- collective-pods collective-allreduce collective-delete-restores ;;
   esac
   printf '%s\n' "$@"

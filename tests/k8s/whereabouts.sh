@@ -8,7 +8,7 @@
 # address of it and none twice, the IPPool holds one allocation per pod under its podRef with that address,
 # a deleted pod's address is released (the allocation gone) and the next pod gets a free one, the last delete
 # leaves the pool empty and every VF as it was. Not here: whereabouts' ip-control-loop (its garbage collection of
-# allocations whose pod is gone without a DEL, after a node crash), which runs as a pod of its own image.
+# allocations whose pod is gone without a DEL, after a node crash): cluster.sh's cluster-whereabouts-gc.
 WB_POOL=10.78.0.0-29
 a=""; b=""; c=""; d=""
 wb_addr() { k exec "$1" -- sh -c "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
