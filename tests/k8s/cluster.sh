@@ -296,6 +296,7 @@ spec:
           imagePullPolicy: Never
           env:
             - { name: NODENAME, valueFrom: { fieldRef: { fieldPath: spec.nodeName } } }
+            - { name: WHEREABOUTS_NAMESPACE, valueFrom: { fieldRef: { fieldPath: metadata.namespace } } }
             - { name: KUBERNETES_SERVICE_HOST, value: 10.0.2.2 }
             - { name: KUBERNETES_SERVICE_PORT, value: "$AP" }
           volumeMounts: [{ name: schedule, mountPath: /cron-schedule }]
