@@ -235,6 +235,11 @@ $(rxe_init dra0 "$3")
       imagePullPolicy: Never
       command: ["sleep", "1000000"]
       resources: { claims: [{ name: vf }] }
+      # The Soft-RoCE device's /dev/infiniband/uverbsN: the claim's CDI spec would carry the VF's own (a
+      # netdev-only igb VF has none), so the worker is privileged and mounts the node's, as e2e.sh's pods do.
+      securityContext: { privileged: true }
+      volumeMounts: [{ name: infiniband, mountPath: /dev/infiniband }]
+  volumes: [{ name: infiniband, hostPath: { path: /dev/infiniband, type: Directory } }]
   resourceClaims:
     - name: vf
       resourceClaimTemplateName: $2
