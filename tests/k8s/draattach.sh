@@ -20,7 +20,8 @@
 #                               pfName): the workers' NCCL variables from the NRI plugin name their Soft-RoCE
 #                               device on dra0, and ib_write_bw between them runs with that GID index;
 #   dra-attach-rdma-gives-back  both deleted: the node as before, no rxe device or record left;
-#   dra-attach-off-again        the overlay's config and DaemonSet applied again: the node's allocatable as before.
+#   dra-attach-off-again        the overlay's config and DaemonSet applied again: the node's allocatable as before,
+#                               the DaemonSet's environment as before the file (in a full run: as dra.sh left it).
 # The pod's namespace dra-attach gets a node policy entry of its own (VLAN untagged or 100-199); the node's policy
 # file is put back as it was at the end.
 
@@ -78,6 +79,9 @@ da_api="{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"device-pl
 # The DaemonSet as it is, put back at the end (each patch is a revision of its own: no single rollout undo).
 k -n kube-system get ds sriov-rdma -o json 2>/dev/null \
   | dapy "[d['metadata'].pop(f, None) for f in ('resourceVersion', 'managedFields', 'generation')]; d.pop('status', None); print(json.dumps(d))" > "$work/da-ds.json"
+# its container's environment variables (names): in a full run dra.sh's patches are there already
+da_env() { dapy "print(' '.join(e['name'] for e in d['spec']['template']['spec']['containers'][0].get('env', [])))"; }
+da_env0=$(da_env < "$work/da-ds.json")
 da_on=""
 if k apply -f "$top/deploy/examples/dra/dra.yaml" >/dev/null \
    && k -n kube-system patch configmap sriov-rdma-config --type merge -p "$da_cfg" >/dev/null \
@@ -281,11 +285,9 @@ dak delete resourceclaimtemplate attach-pf1 attach-pf2 --ignore-not-found >/dev/
 dak delete resourceclaimtemplate attach-vf --ignore-not-found >/dev/null 2>&1
 if k apply -k "$work/overlay" >/dev/null && k replace -f "$work/da-ds.json" >/dev/null \
    && k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null && wait_overlay_alloc 60; then
-  env=$(k -n kube-system get ds sriov-rdma -o 'jsonpath={.spec.template.spec.containers[0].env[*].name}' 2>&1)
-  case " $env " in
-    *" SRIOV_RDMA_NRI "*|*" NODE_NAME "*) fail dra-attach-off-again "the DaemonSet still has '$env'" ;;
-    *) pass "dra-attach-off-again(node allocatable: $got; DaemonSet env: ${env:-none})" ;;
-  esac
+  env=$(k -n kube-system get ds sriov-rdma -o json 2>&1 | da_env)
+  if [ "$env" = "$da_env0" ]; then pass "dra-attach-off-again(node allocatable: $got; DaemonSet env as before: ${env:-none})"
+  else fail dra-attach-off-again "the DaemonSet's env is '$env', before the attach it was '$da_env0'"; fi
 else fail dra-attach-off-again "node allocatable: ${got:-?}, want $OVERLAY_ALLOC; $(dalog | tail -3 | tr '\n' ' ')"; fi
 onnode "if [ -e /etc/sriov-rdma/.policy.json.dra-attach ]; then mv /etc/sriov-rdma/.policy.json.dra-attach /etc/sriov-rdma/policy.json
         else rm -f /etc/sriov-rdma/policy.json; fi" >/dev/null 2>&1
