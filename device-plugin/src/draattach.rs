@@ -108,6 +108,13 @@ pub struct Sandbox {
     pub netns: String,
 }
 
+impl Sandbox {
+    /// `namespace/name` of the sandbox's pod.
+    pub fn pod(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
 /// One device attached to a sandbox.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -134,11 +141,6 @@ pub struct Record {
 /// The interface name in the pod of its `i`-th DRA device (0-based; beside Multus's `net1`, `net2`, …).
 pub fn ifname(i: usize) -> String {
     format!("dra{i}")
-}
-
-/// `namespace/name` of the sandbox's pod.
-fn rec_pod(sb: &Sandbox) -> String {
-    format!("{}/{}", sb.namespace, sb.name)
 }
 
 /// The devices of the claims kept for pod `pod_uid`, in a fixed order: by claim, then by request and device.
@@ -223,18 +225,18 @@ impl Attacher {
             }
             match self.record(&old) {
                 Ok(Some(r)) if r.pod_uid == sb.uid => {
-                    info!("DRA attach: {}: giving back what its earlier sandbox {old} kept", rec_pod(sb));
+                    info!("DRA attach: {}: giving back what its earlier sandbox {old} kept", sb.pod());
                     if let Err(e) = self.detach(&old).await {
-                        warn!("DRA attach: {}: giving back its earlier sandbox {old}: {e}", rec_pod(sb));
+                        warn!("DRA attach: {}: giving back its earlier sandbox {old}: {e}", sb.pod());
                     }
                 }
                 Ok(_) => {}
-                Err(e) => warn!("DRA attach: {}: {e}", rec_pod(sb)),
+                Err(e) => warn!("DRA attach: {}: {e}", sb.pod()),
             }
         }
         let rec = Record {
             sandbox: sb.id.clone(),
-            pod: rec_pod(sb),
+            pod: sb.pod(),
             pod_uid: sb.uid.clone(),
             netns: sb.netns.clone(),
             attachments: planned,
@@ -296,38 +298,31 @@ impl Attacher {
     }
 
     /// The runtime's Synchronize (the plugin has just registered: after the daemon's restart, or the runtime's): the
-    /// sandboxes that exist, in one or more parts. A sandbox whose pod has prepared claims and nothing attached ran
+    /// sandboxes that exist, in one or more parts. A sandbox with nothing attached whose pod has prepared claims ran
     /// its RunPodSandbox while no plugin was there (the daemon's pod restarted beside it, as after a node crash):
-    /// its devices are attached now. A failure is logged, not returned (the sandbox runs already). The number of
-    /// sandboxes attached.
+    /// its devices are attached now (`attach` finds the claims; none is nothing to do). A failure is logged, not
+    /// returned (the sandbox runs already). The number of sandboxes attached.
     pub async fn catch_up(&self, sandboxes: &[Sandbox]) -> usize {
         let mut n = 0;
         for sb in sandboxes {
-            match self.record(&sb.id) {
-                Ok(None) => {}
+            let attached = match self.record(&sb.id) {
+                Ok(None) => self.attach(sb).await,
                 Ok(Some(_)) => continue,
-                Err(e) => {
-                    warn!("DRA attach: at Synchronize, {}/{}: {e}", sb.namespace, sb.name);
-                    continue;
+                Err(e) => Err(e),
+            };
+            match attached {
+                Ok(0) => {}
+                Ok(k) => {
+                    info!(
+                        "DRA attach: {} (sandbox {}) had prepared claims and nothing attached: its RunPodSandbox came \
+                         while no plugin was registered; attached now ({k} device(s); containers created before got no \
+                         NCCL variables)",
+                        sb.pod(),
+                        sb.id
+                    );
+                    n += 1;
                 }
-            }
-            match devices_of(&self.claims_dir, &sb.uid) {
-                Ok(d) if d.is_empty() => continue,
-                Ok(_) => {}
-                Err(e) => {
-                    warn!("DRA attach: at Synchronize, {}/{}: {e}", sb.namespace, sb.name);
-                    continue;
-                }
-            }
-            info!(
-                "DRA attach: {}/{} (sandbox {}) has prepared claims and nothing attached: its RunPodSandbox came \
-                 while no plugin was registered; attaching now (containers created before got no NCCL variables)",
-                sb.namespace, sb.name, sb.id
-            );
-            match self.attach(sb).await {
-                Ok(k) if k > 0 => n += 1,
-                Ok(_) => {}
-                Err(e) => warn!("DRA attach: at Synchronize, {}/{}: {e}", sb.namespace, sb.name),
+                Err(e) => warn!("DRA attach: at Synchronize, {}: {e}", sb.pod()),
             }
         }
         n

@@ -155,7 +155,7 @@ impl Plugin {
     async fn sandbox(&self, event: api::Event, pod: Option<api::PodSandbox>) -> Result<(), Status> {
         let Some(dra) = &self.dra else { return Ok(()) };
         let sb = sandbox_of(pod.unwrap_or_default());
-        let who = format!("{}/{} (sandbox {})", sb.namespace, sb.name, sb.id);
+        let who = format!("{} (sandbox {})", sb.pod(), sb.id);
         let done = match event {
             api::Event::RunPodSandbox => dra.attach(&sb).await,
             api::Event::StopPodSandbox | api::Event::RemovePodSandbox => dra.detach(&sb.id).await,

@@ -34,13 +34,8 @@ DA_VF=$(vf_pci "$PF2" 1)
 DA_VF2=$(vf_pci "$PF1" 3)
 DA_NAME=$(onnode "ls /sys/bus/pci/devices/$DA_VF/net" 2>/dev/null)
 DA_ATTACHED=/var/lib/kubelet/plugins/$DA_DRIVER/attached
-# the daemon's pod on node A, the newest first (a replaced one may still be terminating)
-da_daemon() {
-  k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma --field-selector spec.nodeName=localhost \
-    --sort-by=.metadata.creationTimestamp -o 'jsonpath={.items[-1:].metadata.name}' 2>/dev/null
-}
 # the log of the daemon's pod on node A (ds/sriov-rdma may pick node B's)
-dalog() { k -n kube-system logs "$(da_daemon)" 2>&1; }
+dalog() { k -n kube-system logs "$(daemon_pod localhost)" 2>&1; }
 da_row() { onnode "/usr/sbin/ip link show $PF2 | grep ' vf 1 '" 2>/dev/null; }
 # da_gone POD...: deletes the pods and waits (up to 30 s after they are gone) for the node as before them and no
 # attach record; sets after (node_snap) and left (the attach records and rxe_dra_* devices left)
@@ -154,10 +149,10 @@ print(n.get('interfaceName', ''), ','.join(n.get('ips', [])), n.get('hardwareAdd
   # runs: the same sandbox keeps dra0 (its address, carrier), the claim stays prepared (its kept config), and the
   # new daemon is the one the next scenario's give-back goes through (its record read from the node) ---
   uid=$(dak get resourceclaim "$claim" -o 'jsonpath={.metadata.uid}' 2>/dev/null)
-  old=$(da_daemon)
+  old=$(daemon_pod localhost)
   why=""
   if k -n kube-system rollout restart ds/sriov-rdma >/dev/null && k -n kube-system rollout status ds/sriov-rdma --timeout=180s >/dev/null; then
-    new=$(da_daemon)
+    new=$(daemon_pod localhost)
     [ -n "$new" ] && [ "$new" != "$old" ] || why="$why the daemon's pod was not replaced ('$old' → '$new');"
     re=""
     for _ in $(seq 1 90); do
@@ -201,7 +196,7 @@ print(n.get('interfaceName', ''), ','.join(n.get('ips', [])), n.get('hardwareAdd
       || why="$why no CNI record or attach record of the new sandbox ${sb3:0:12};"
     [ "$(da_row | grep -c 'vlan 120')" = 1 ] || why="$why PF2's VF 1 row: '$(da_row)';"
   else why="da-pod has no ready sandbox other than ${sb:0:12} with dra0 up: $(dak get pod da-pod -o wide 2>&1 | tail -1) $(dak describe pod da-pod 2>&1 | grep -A6 Events | tail -4 | tr '\n' ' ')"; fi
-  how="RunPodSandbox"; dalog | grep -q "attaching now" && how="the Synchronize after the plugin registered"
+  how="RunPodSandbox"; dalog | grep -q "attached now (" && how="the Synchronize after the plugin registered"
   if [ -z "$why" ]; then pass "dra-attach-node-crash(sandbox ${sb:0:12} → ${sb3:0:12}: dra0 $addr3 LOWER_UP again, attached at $how; the old sandbox's records gone)"
   else fail dra-attach-node-crash "$why $(dalog | grep -E 'DRA attach|NRI' | tail -3 | tr '\n' ' ')"; fi
 else
