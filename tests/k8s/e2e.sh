@@ -388,6 +388,11 @@ rxe_init() {
       securityContext: { privileged: true }
 EOF
 }
+# daemon_pod NODE: the DaemonSet's pod on NODE, the newest (a replaced one may still be terminating)
+daemon_pod() {
+  k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma --field-selector "spec.nodeName=$1" \
+    --sort-by=.metadata.creationTimestamp -o 'jsonpath={.items[-1:].metadata.name}' 2>/dev/null
+}
 wait_exec() { # waits until kubectl exec into the node shell works again (after containerd/kubelet restarts)
   for _ in $(seq 1 120); do onnode true >/dev/null 2>&1 && return 0; sleep 1; done; return 1
 }

@@ -23,10 +23,7 @@ fi
 ninpod() { k exec "$1" -c "$2" -- sh -c "$3"; }
 nccl_of() { ninpod "$1" "$2" 'env' 2>/dev/null | grep '^NCCL_' | sort | tr '\n' ' '; }
 # the log of the daemon's pod on this node (the newest: a replaced one may still be terminating)
-nlog() {
-  k -n kube-system logs "$(k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma --field-selector "spec.nodeName=$NRI_HOST" \
-    --sort-by=.metadata.creationTimestamp -o 'jsonpath={.items[-1:].metadata.name}' 2>/dev/null)" 2>&1
-}
+nlog() { k -n kube-system logs "$(daemon_pod "$NRI_HOST")" 2>&1; }
 # sleeper NAME [KEY: VALUE...]: a container of the pods' image that sleeps, in one line of YAML
 sleeper() { local n=$1; shift; echo "    - { name: $n, image: localhost/sriov-rdma-pod:1, imagePullPolicy: Never, command: [sleep, \"1000000\"]${*:+, $*} }"; }
 # The NAD: like scenarios.sh's, a VF of the node's resource, no VLAN, host-local addresses of its own.
