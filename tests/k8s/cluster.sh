@@ -67,6 +67,36 @@ else
 fi
 XA_BEFORE=$(node_snap); XB_BEFORE=$(snapb)
 
+# --- cluster-policy-refused: the one node policy refuses on each node and runtime: team-a's NADs ask for VLAN 302
+#     (team-b's), pa on node A (containerd, PF2) and pb on node B (CRI-O, pfb0). Each pod's events carry the plugin's
+#     error naming the rule; while the kubelets retry, and once the pods are deleted, neither node's VF rows, VF
+#     names, MACs, MTUs or records change, and whereabouts' IPPool holds nothing ---
+{ xnad "$YNS" net-pa sriov-rdma/pf2 302; echo ---; xnad "$YNS" net-pb sriov-rdma/pfb 302; echo ---
+  PODNS=$YNS PODNODE=localhost pod pa net-pa sriov-rdma/pf2; echo ---
+  PODNS=$YNS PODNODE=$NODEB pod pb net-pb sriov-rdma/pfb; } | k apply -f - >/dev/null 2>&1
+rule="rule namespaces.$YNS.vlans [301]"
+pol_ev() { k -n "$YNS" get events --field-selector "involvedObject.name=$1" -o 'jsonpath={range .items[*]}{.message}{"\n"}{end}' 2>/dev/null | grep -F "$rule" | head -1; }
+eva=""; evb=""
+for _ in $(seq 1 120); do eva=$(pol_ev pa); evb=$(pol_ev pb); [ -n "$eva" ] && [ -n "$evb" ] && break; sleep 1; done
+why=""
+[ -n "$eva" ] || why="$why no event of pa names '$rule': $(k -n "$YNS" get events --field-selector involvedObject.name=pa -o 'jsonpath={.items[*].message}' 2>&1 | tail -c 300);"
+[ -n "$evb" ] || why="$why no event of pb names '$rule': $(k -n "$YNS" get events --field-selector involvedObject.name=pb -o 'jsonpath={.items[*].message}' 2>&1 | tail -c 300);"
+for p in pa pb; do
+  [ "$(k -n "$YNS" get pod "$p" -o 'jsonpath={.status.phase}' 2>/dev/null)" = Pending ] || why="$why $p is not Pending;"
+done
+[ "$(k -n "$YNS" get pod pb -o 'jsonpath={.spec.nodeName}' 2>/dev/null)" = "$NODEB" ] || why="$why pb not on $NODEB;"
+XA_NOW=$(node_snap); XB_NOW=$(snapb)
+[ "$XA_NOW" = "$XA_BEFORE" ] || why="$why node A changed while refused: $(diff <(echo "$XA_BEFORE") <(echo "$XA_NOW") | tr '\n' ';');"
+[ "$XB_NOW" = "$XB_BEFORE" ] || why="$why node B changed while refused: $(diff <(echo "$XB_BEFORE") <(echo "$XB_NOW") | tr '\n' ';');"
+wb_allocs_are "$XPOOL" || why="$why the IPPool holds '$(echo "$WB_GOT" | tr '\n' ';')';"
+k -n "$YNS" delete pod pa pb --ignore-not-found --wait=false >/dev/null 2>&1
+k -n "$YNS" wait --for=delete pod/pa pod/pb --timeout=120s >/dev/null 2>&1 || why="$why pa or pb not deleted in 120 s;"
+for _ in $(seq 1 30); do XA_NOW=$(node_snap); XB_NOW=$(snapb); [ "$XA_NOW" = "$XA_BEFORE" ] && [ "$XB_NOW" = "$XB_BEFORE" ] && break; sleep 1; done
+[ "$XA_NOW" = "$XA_BEFORE" ] && [ "$XB_NOW" = "$XB_BEFORE" ] || why="$why a node changed after the pods' deletion;"
+k -n "$YNS" delete net-attach-def net-pa net-pb --ignore-not-found >/dev/null 2>&1
+[ -z "$why" ] && pass "cluster-policy-refused(node A/containerd: '$(echo "$eva" | grep -o "namespace $YNS may not use.*" | cut -c1-120)'; node B/CRI-O: '$(echo "$evb" | grep -o "may not use VLAN [0-9]*" | head -1)'; both nodes unchanged while the kubelets retried and after the deletion; the IPPool empty)" \
+  || fail cluster-policy-refused "$why"
+
 # --- cluster-whereabouts: xa on node A (containerd, PF2), xb on node B (CRI-O, pfb0), both of team-b (VLAN 302),
 #     and ya of team-a (VLAN 301) on node B: every address out of the one range, none twice, the IPPool holds each
 #     under its pod; each node's PF has the rows. Each pod applied alone, timed to Ready with net1 carrier. ---
@@ -189,7 +219,7 @@ for _ in $(seq 1 240); do
   T1=$(tpod | awk -v n="$NODEB" '$2 == n && $3 == "Running" { print $1; exit }')
   [ -n "$T1" ] && up_in "$XNS" "$T1" && break; T1=""; sleep 1
 done
-dsb=$(k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma --field-selector "spec.nodeName=$NODEB" -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null)
+dsb=$(daemon_pod "$NODEB")
 if [ -n "$T1" ]; then
   trow=$(onb "/usr/sbin/ip link show $PFB | grep ' vf ' | grep 'vlan 302'" 2>/dev/null)
   out=$(k drain "$NODEB" --ignore-daemonsets --pod-selector app=trainer --timeout=120s 2>&1); rc=$?

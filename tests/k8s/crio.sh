@@ -57,8 +57,7 @@ fi
 k label node "$NODEB" feature.node.kubernetes.io/network-sriov.capable=true --overwrite >/dev/null
 dsb=""; ok=""
 for _ in $(seq 1 300); do
-  dsb=$(k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma --field-selector "spec.nodeName=$NODEB" \
-        -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null)
+  dsb=$(daemon_pod "$NODEB")
   [ -n "$dsb" ] && [ "$(k -n kube-system get pod "$dsb" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ] \
     && { ok=1; break; }
   sleep 1
@@ -306,19 +305,9 @@ k wait --for=delete pod/crio-bad --timeout=120s >/dev/null 2>&1
 #     /var/run/netns/<id>) removed, so the kernel returns the VF to the host; the daemons started again by the
 #     node's supervisor: the VF goes back into service (the same pod in a new sandbox, or the pod failed by the
 #     kubelet and a new one), and deleting it leaves node B as before ---
-# crash_b THEN: node B crashes: the kubelet, CRI-O, every conmon and the pods' processes SIGKILLed, the pods' netns
-# removed; both daemons are held down until THEN (node B's shell, inside a double-quoted sh -c: \$ for $) has
-# run, then its supervisor starts them again. From the node's root cgroup, detached: the node shell pod dies
-# with the others.
-crash_b() {
-  onb 'echo $$ > /sys/fs/cgroup/cgroup.procs; touch /run/hold-kubelet /run/hold-crio
-    setsid sh -c "echo \$\$ > /sys/fs/cgroup/cgroup.procs
-      kill -9 \$(pidof kubelet) \$(pidof crio) 2>/dev/null; sleep 0.5
-      kill -9 \$(pidof conmon) 2>/dev/null
-      for c in /sys/fs/cgroup/kubepods*; do [ -e \$c/cgroup.kill ] && echo 1 > \$c/cgroup.kill; done
-      for n in /var/run/netns/*; do umount \$n; rm -f \$n; done
-      '"$1"'; rm -f /run/hold-kubelet /run/hold-crio" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
-}
+# crash_b THEN: node B (CRI-O, its conmons, pinns's netns under /var/run/netns) crashes, its daemons held down until
+# THEN has run (e2e.sh's crash_node).
+crash_b() { crash_node onb crio conmon '/var/run/netns/*' "$1"; }
 if crio_up crio-c; then
   PODC=crio-c; crio_state; sb=$SBC
   crash_b 'sleep 3'

@@ -315,7 +315,7 @@ expected_of() {
     crio.sh) set -- crio-node-ready crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart \
       crio-kubelet-restart crio-delete-restores crio-force-delete crio-stopp-rmp crio-stopp-rmp-then-delete crio-bad-config \
       crio-node-crash crio-node-crash-then-delete ;;
-    cluster.sh) set -- cluster-nodes cluster-whereabouts cluster-ping cluster-rdma-rping cluster-rdma-write-bw \
+    cluster.sh) set -- cluster-nodes cluster-policy-refused cluster-whereabouts cluster-ping cluster-rdma-rping cluster-rdma-write-bw \
       cluster-vlan-isolation pod-start-per-runtime drain-evicts-and-restores uncordon-reschedules cluster-delete-restores \
       cluster-whereabouts-gc ;;
     collective.sh) set -- collective-pods collective-allreduce collective-delete-restores ;;
@@ -396,18 +396,24 @@ daemon_pod() {
 wait_exec() { # waits until kubectl exec into the node shell works again (after containerd/kubelet restarts)
   for _ in $(seq 1 120); do onnode true >/dev/null 2>&1 && return 0; sleep 1; done; return 1
 }
-# crash_node_a: node A's kubelet, containerd, the shims and the pods' processes SIGKILLed, the pods' netns removed
-# (the kernel returns their VFs to the node), the daemons held down 3 s, then started again by the node; returns
-# once the node is Ready and its shell answers. Run from the node's root cgroup, detached: the node shell pod
-# itself dies with the others.
-crash_node_a() {
-  onnode 'echo $$ > /sys/fs/cgroup/cgroup.procs; touch /run/hold-kubelet /run/hold-containerd
+# crash_node SHELL RUNTIME SHIM NETNS THEN: a node crashes: the kubelet, the runtime RUNTIME, every SHIM (the
+# runtime's per-container monitor) and the pods' processes SIGKILLed, the pods' netns (the glob NETNS) removed, so
+# the kernel returns their VFs to the node; both daemons are held down until THEN (the node's shell, inside a
+# double-quoted sh -c: \$ for $) has run, then the node's supervisor starts them again. From the node's root
+# cgroup, detached: the node shell pod (SHELL: onnode or onb) dies with the others.
+crash_node() {
+  "$1" 'echo $$ > /sys/fs/cgroup/cgroup.procs; touch /run/hold-kubelet /run/hold-'"$2"'
     setsid sh -c "echo \$\$ > /sys/fs/cgroup/cgroup.procs
-      kill -9 \$(pidof kubelet) \$(pidof containerd) 2>/dev/null; sleep 0.5
-      kill -9 \$(pidof containerd-shim-runc-v2) 2>/dev/null
+      kill -9 \$(pidof kubelet) \$(pidof '"$2"') 2>/dev/null; sleep 0.5
+      kill -9 \$(pidof '"$3"') 2>/dev/null
       for c in /sys/fs/cgroup/kubepods*; do [ -e \$c/cgroup.kill ] && echo 1 > \$c/cgroup.kill; done
-      for n in /run/netns/cni-*; do umount \$n; rm -f \$n; done
-      sleep 3; rm -f /run/hold-kubelet /run/hold-containerd" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
+      for n in '"$4"'; do umount \$n; rm -f \$n; done
+      '"$5"'; rm -f /run/hold-kubelet /run/hold-'"$2"'" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
+}
+# crash_node_a: node A (containerd, its shims, the CNI's netns under /run/netns) crashes, its daemons held down 3 s;
+# returns once the node is Ready and its shell answers.
+crash_node_a() {
+  crash_node onnode containerd containerd-shim-runc-v2 '/run/netns/cni-*' 'sleep 3'
   sleep 10; node_ready; wait_exec
 }
 node_ready() { # waits until node A is Ready (after a kubelet restart or a node crash)
