@@ -330,5 +330,59 @@ if crio_up crio-c; then
   else fail crio-node-crash "ready=${ok:-no} ${how:-pod neither back nor failed}, sandbox '$sb' → '$SBC': $(k get pod crio-c -o wide 2>&1 | tail -1)"; fi
   crio_end crio-node-crash crio-c
 else crio_not_up crio-node-crash crio-c; fi
+
+# --- crio-device-plugin-rdma-chardevs: what the device plugin hands a container on CRI-O (devices.sh's check on node
+#     A): a Soft-RoCE device made on node B on pfb0's last VF's netdev (the stand-in for the VF's own RDMA function;
+#     the netdev stays on the node), the one ConfigMap given a resource sriov-rdma/rxeb first (pfb0's VFs that have
+#     an RDMA device), reloaded by node B's daemon; an unprivileged pod on node B, no hostPath, no NAD, asking for
+#     it: its /dev/infiniband is exactly that VF's uverbs device and rdma_cm, it opens the device (ibv_devinfo),
+#     and the device-info file the plugin wrote for Multus names it ---
+# --- crio-device-plugin-config-restored: the pod deleted, the config as it was, the Soft-RoCE device gone: node B
+#     offers pfb0's 3 VFs as sriov-rdma/pfb again and none as rxeb, and is as before ---
+RXEB_IDX=$(( PFB_VFS - 1 ))
+rxeb_vf=$(onb "basename \$(readlink /sys/class/net/$PFB/device/virtfn$RXEB_IDX)" 2>/dev/null)
+# Whether its netdev was up: it is left as it was.
+rxeb_up=$(onb "/usr/sbin/ip -o link show \$(ls /sys/bus/pci/devices/$rxeb_vf/net) | grep -c '[<,]UP[,>]'" 2>/dev/null)
+rxeb_made=$(onb "n=\$(ls /sys/bus/pci/devices/$rxeb_vf/net) && /usr/sbin/ip link set \$n up && /usr/sbin/rdma link add rxe_b$RXEB_IDX type rxe netdev \$n && echo \$n" 2>&1)
+CONFIG0=$(config_json)
+set_config "$(python3 -c '
+import json, sys
+c = json.loads(sys.argv[1])
+c["resources"].insert(0, {"name": "sriov-rdma/rxeb", "selectors": {"pfNames": [sys.argv[2]], "drivers": ["igbvf"]}})
+print(json.dumps(c))' "$CONFIG0" "$PFB")"
+ab=""
+for _ in $(seq 1 150); do ab="rxeb=$(capb allocatable sriov-rdma/rxeb) pfb=$(capb allocatable sriov-rdma/pfb)"; [ "$ab" = "rxeb=1 pfb=$RXEB_IDX" ] && break; sleep 1; done
+why=""
+[ "$ab" = "rxeb=1 pfb=$RXEB_IDX" ] || why="$why node B allocatable '$ab' after the config reload (want rxeb=1 pfb=$RXEB_IDX; Soft-RoCE: '$rxeb_made');"
+if [ -z "$why" ]; then
+  PODNODE=$NODEB devpod crio-dev sriov-rdma/rxeb | k apply -f - >/dev/null
+  if k wait --for=condition=Ready pod/crio-dev --timeout=180s >/dev/null 2>&1; then
+    PODC=crio-dev
+    v=$(inpodc "tr '\\0' '\\n' < /proc/1/environ" 2>/dev/null | sed -n 's/^PCIDEVICE_SRIOV-RDMA_RXEB=//p')
+    uv=$(onb "for u in /sys/class/infiniband_verbs/uverbs*; do [ \"\$(cat \$u/ibdev)\" = rxe_b$RXEB_IDX ] && basename \$u; done" 2>/dev/null)
+    list=$(inpodc 'ls /dev/infiniband' 2>&1 | sort | tr '\n' ' ')
+    want=$(printf '%s\n' "$uv" rdma_cm | sort | tr '\n' ' ')
+    dinfo=$(onb "cat /var/run/k8s.cni.cncf.io/devinfo/dp/sriov-rdma-rxeb-$v-device.json" 2>/dev/null)
+    out=$(inpodc "ibv_devinfo -d rxe_b$RXEB_IDX" 2>&1)
+    [ "$v" = "$rxeb_vf" ] || why="$why PCIDEVICE_SRIOV-RDMA_RXEB '$v', not $rxeb_vf;"
+    [ -n "$uv" ] && [ "$list" = "$want" ] || why="$why /dev/infiniband in the pod is '$list', not '$want';"
+    echo "$out" | grep -q PORT_ACTIVE || why="$why ibv_devinfo -d rxe_b$RXEB_IDX: $(echo "$out" | tail -2 | tr '\n' ' ');"
+    echo "$dinfo" | grep -q "\"rdma-device\":\"rxe_b$RXEB_IDX\"" || why="$why device-info of $v: '$dinfo';"
+    PODC=crio-a
+  else why="$why crio-dev not Ready: $(k get pod crio-dev -o wide 2>&1 | tail -1) $(k describe pod crio-dev 2>&1 | grep -A6 Events | tail -4 | tr '\n' ' ')"; fi
+fi
+[ -z "$why" ] && pass "crio-device-plugin-rdma-chardevs(unprivileged, no hostPath, on $NODEB/CRI-O: $v (pfb0 vf $RXEB_IDX, Soft-RoCE rxe_b$RXEB_IDX) → /dev/infiniband '$list', ibv_devinfo PORT_ACTIVE; device-info names rxe_b$RXEB_IDX)" \
+  || fail crio-device-plugin-rdma-chardevs "$why"
+k delete pod crio-dev --ignore-not-found --wait=false >/dev/null 2>&1
+k wait --for=delete pod/crio-dev --timeout=120s >/dev/null 2>&1
+set_config "$CONFIG0"
+onb "/usr/sbin/rdma link delete rxe_b$RXEB_IDX" >/dev/null 2>&1
+[ "$rxeb_up" = 1 ] || onb "/usr/sbin/ip link set \$(ls /sys/bus/pci/devices/$rxeb_vf/net) down" >/dev/null 2>&1
+ab=""
+for _ in $(seq 1 150); do ab="rxeb=$(capb allocatable sriov-rdma/rxeb) pfb=$(capb allocatable sriov-rdma/pfb)"; case "$ab" in "rxeb= pfb=$PFB_VFS" | "rxeb=0 pfb=$PFB_VFS") break ;; esac; sleep 1; done
+if case "$ab" in "rxeb= pfb=$PFB_VFS" | "rxeb=0 pfb=$PFB_VFS") true ;; *) false ;; esac && crio_restored 30 \
+   && [ "$(config_json)" = "$CONFIG0" ] && ! onb "/usr/sbin/rdma link show | grep -q rxe_b$RXEB_IDX" >/dev/null 2>&1; then
+  pass "crio-device-plugin-config-restored(the config as before; node B allocatable $ab; no rxe_b$RXEB_IDX; node B as before)"
+else fail crio-device-plugin-config-restored "allocatable '$ab'; node B: $(echo "$NOWB" | tr '\n' ';'); rdma links: $(onb '/usr/sbin/rdma link show' 2>&1 | tr '\n' ' ')"; fi
 PODC=crio-a
 k delete networkattachmentdefinition "$NADC" --ignore-not-found >/dev/null 2>&1

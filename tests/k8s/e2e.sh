@@ -314,7 +314,7 @@ expected_of() {
     whereabouts.sh) set -- whereabouts-pods whereabouts-release-reuse whereabouts-delete-restores ;;
     crio.sh) set -- crio-node-ready crio-daemonset-ready crio-allocatable crio-pod-vf crio-runtime-restart \
       crio-kubelet-restart crio-delete-restores crio-force-delete crio-stopp-rmp crio-stopp-rmp-then-delete crio-bad-config \
-      crio-node-crash crio-node-crash-then-delete ;;
+      crio-node-crash crio-node-crash-then-delete crio-device-plugin-rdma-chardevs crio-device-plugin-config-restored ;;
     cluster.sh) set -- cluster-nodes cluster-policy-refused cluster-whereabouts cluster-ping cluster-rdma-rping cluster-rdma-write-bw \
       cluster-vlan-isolation pod-start-per-runtime drain-evicts-and-restores uncordon-reschedules cluster-delete-restores \
       cluster-whereabouts-gc ;;
@@ -433,6 +433,13 @@ node_snap() {
           p=\$(basename \$(readlink \$v)); n=\$(ls /sys/bus/pci/devices/\$p/net 2>/dev/null)
           echo \"\$p \$n \$(cat /sys/class/net/\$n/address 2>/dev/null) \$(cat /sys/class/net/\$n/mtu 2>/dev/null)\"; done
         echo records: \$(ls /var/lib/cni/sriov-rdma 2>/dev/null | grep -v '[.]lock\$' | tr '\n' ' ')" 2>&1
+}
+# config_json: the device plugin's config as the ConfigMap has it; set_config JSON: patched in place (labels and other
+# keys kept). The kubelet swaps the daemons' mounted file (syncFrequency 10 s) and each daemon reloads it.
+config_json() { k -n kube-system get configmap sriov-rdma-config -o 'jsonpath={.data.config\.json}'; }
+set_config() {
+  k -n kube-system patch configmap sriov-rdma-config --type merge \
+    -p "$(python3 -c 'import json, sys; print(json.dumps({"data": {"config.json": sys.argv[1]}}))' "$1")" >/dev/null
 }
 # placement: a pod spec's lines that put it on node PODNODE when that is set (node B's runtime taint tolerated, not
 # cordon's), none when not
@@ -595,7 +602,8 @@ spec:
 EOT
 }
 devpod() { # devpod NAME RESOURCE [TEMPLATE]: an unprivileged pod in $PODNS (default), no network, taking one
-           # device of RESOURCE; with TEMPLATE (RESOURCE -) it claims one VF through that ResourceClaimTemplate
+           # device of RESOURCE; with TEMPLATE (RESOURCE -) it claims one VF through that ResourceClaimTemplate; on
+           # node PODNODE when set
   cat <<EOF
 apiVersion: v1
 kind: Pod
@@ -603,6 +611,7 @@ metadata: { name: $1, namespace: ${PODNS:-default} }
 spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 1
+$(placement)
   containers:
     - name: worker
       image: localhost/sriov-rdma-pod:1

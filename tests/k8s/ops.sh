@@ -11,11 +11,6 @@ dp_pod() { k -n kube-system get pods -l app.kubernetes.io/name=sriov-rdma -o 'js
 metrics() { onnode 'curl -sS --max-time 5 http://127.0.0.1:9411/metrics' 2>/dev/null; }
 # metric NAME LABELS: the value of one sample (empty when absent), e.g. metric sriov_rdma_vfs_allocated 'resource="sriov-rdma/rail"'
 metric() { metrics | awk -v n="$1{$2}" 'index($0, n " ") == 1 { print $2 }'; }
-config_json() { k -n kube-system get configmap sriov-rdma-config -o 'jsonpath={.data.config\.json}'; }
-set_config() { # set_config JSON: the ConfigMap's config.json, patched in place (labels and other keys kept)
-  k -n kube-system patch configmap sriov-rdma-config --type merge \
-    -p "$(python3 -c 'import json, sys; print(json.dumps({"data": {"config.json": sys.argv[1]}}))' "$1")" >/dev/null
-}
 allocatable() { echo "rail=$(cap allocatable sriov-rdma/rail) pf1=$(cap allocatable sriov-rdma/pf1) pf2=$(cap allocatable sriov-rdma/pf2) rxe=$(cap allocatable sriov-rdma/rxe) vfio=$(cap allocatable sriov-rdma/vfio)"; }
 wait_allocatable() { # wait_allocatable WANT SECONDS: sets ALLOC
   for _ in $(seq 1 "$2"); do ALLOC=$(allocatable); [ "$ALLOC" = "$1" ] && return 0; sleep 1; done
