@@ -6,7 +6,8 @@
 #   tests/k8s/build-components.sh            build what is missing, print the directory of each component
 #   tests/k8s/build-components.sh helm       only the named components (make helm: the chart's checks need helm)
 #   K8S_COMPONENTS_CACHE=DIR ...             another cache directory
-#   DROP_GOCACHE=1 ...                       go clean -cache after each component built (.ci/run: disk)
+#   DROP_GOCACHE=1 ...                       a build cache of this run's own, emptied after each component built
+#                                            and removed at the end (.ci/run: disk)
 #
 # Static where the component allows it (CGO_ENABLED=0); runc needs cgo (its nsenter is C) and is linked
 # statically against glibc and libseccomp. Prints each component's build seconds and the total.
@@ -41,6 +42,17 @@ gocheck() {
     case "$gov" in go1.2[6-9]*|go1.[3-9]*) ;; *) die "Go $gov is too old: the components need Go >= 1.26" ;; esac
 }
 mkdir -p "$CACHE" || die "cannot create the cache directory $CACHE"
+# DROP_GOCACHE=1 (.ci/run sets it): only the binaries are kept. Go's build cache (gigabytes after Kubernetes) is
+# dropped after each component, as the Rust build beside it needs the disk (a CI run of 7 December ran out). The
+# cache is this run's own: `make test` runs this script in the background while `make chart` runs it for helm,
+# and a `go clean -cache` of the shared one pulled the packages from under the other's `go build` (a cold run of
+# 7 December: kubernetes failed on "could not import fmt (open .../go-build/...: no such file or directory)"
+# the moment helm's build ended).
+if [ "${DROP_GOCACHE:-}" = 1 ]; then
+    GOCACHE=$(mktemp -d "${TMPDIR:-/var/tmp}/build-components-gocache.XXXXXX") || die "cannot create a Go build cache"
+    export GOCACHE
+    trap 'rm -rf "$GOCACHE"' EXIT
+fi
 
 total=0
 # build NAME-VERSION BINARY... -- COMMAND...: runs COMMAND with $OUT set to a fresh directory, checks that every
@@ -73,8 +85,7 @@ build() {
     local secs=$((SECONDS - start))
     total=$((total + secs))
     echo "build-components: built $dir in ${secs}s"
-    # DROP_GOCACHE=1 (.ci/run sets it): only the binaries are kept, Go's build cache (gigabytes after Kubernetes)
-    # is dropped after each component, as the Rust build beside it needs the disk (a CI run of 7 December ran out).
+    # DROP_GOCACHE=1: this run's own build cache emptied (see above).
     if [ "${DROP_GOCACHE:-}" = 1 ]; then go clean -cache || echo "build-components: go clean -cache failed" >&2; fi
 }
 
