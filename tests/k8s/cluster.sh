@@ -85,14 +85,11 @@ for p in pa pb; do
   [ "$(k -n "$YNS" get pod "$p" -o 'jsonpath={.status.phase}' 2>/dev/null)" = Pending ] || why="$why $p is not Pending;"
 done
 [ "$(k -n "$YNS" get pod pb -o 'jsonpath={.spec.nodeName}' 2>/dev/null)" = "$NODEB" ] || why="$why pb not on $NODEB;"
-XA_NOW=$(node_snap); XB_NOW=$(snapb)
-[ "$XA_NOW" = "$XA_BEFORE" ] || why="$why node A changed while refused: $(diff <(echo "$XA_BEFORE") <(echo "$XA_NOW") | tr '\n' ';');"
-[ "$XB_NOW" = "$XB_BEFORE" ] || why="$why node B changed while refused: $(diff <(echo "$XB_BEFORE") <(echo "$XB_NOW") | tr '\n' ';');"
+d=$(nodes_differ 1 "$XA_BEFORE" "$XB_BEFORE"); [ -z "$d" ] || why="$why while refused:$d"
 wb_allocs_are "$XPOOL" || why="$why the IPPool holds '$(echo "$WB_GOT" | tr '\n' ';')';"
 k -n "$YNS" delete pod pa pb --ignore-not-found --wait=false >/dev/null 2>&1
 k -n "$YNS" wait --for=delete pod/pa pod/pb --timeout=120s >/dev/null 2>&1 || why="$why pa or pb not deleted in 120 s;"
-for _ in $(seq 1 30); do XA_NOW=$(node_snap); XB_NOW=$(snapb); [ "$XA_NOW" = "$XA_BEFORE" ] && [ "$XB_NOW" = "$XB_BEFORE" ] && break; sleep 1; done
-[ "$XA_NOW" = "$XA_BEFORE" ] && [ "$XB_NOW" = "$XB_BEFORE" ] || why="$why a node changed after the pods' deletion;"
+d=$(nodes_differ 30 "$XA_BEFORE" "$XB_BEFORE"); [ -z "$d" ] || why="$why after the pods' deletion:$d"
 k -n "$YNS" delete net-attach-def net-pa net-pb --ignore-not-found >/dev/null 2>&1
 [ -z "$why" ] && pass "cluster-policy-refused(node A/containerd: '$(echo "$eva" | grep -o "namespace $YNS may not use.*" | cut -c1-120)'; node B/CRI-O: '$(echo "$evb" | grep -o "may not use VLAN [0-9]*" | head -1)'; both nodes unchanged while the kubelets retried and after the deletion; the IPPool empty)" \
   || fail cluster-policy-refused "$why"
@@ -261,9 +258,7 @@ k -n "$XNS" delete deployment trainer --ignore-not-found --wait=true --timeout=1
 for _ in $(seq 1 120); do [ -z "$(tpod)" ] && break; sleep 1; done
 why=""
 wb_allocs_are "$XPOOL" || why="the IPPool still holds '$(echo "$WB_GOT" | tr '\n' ';')';"
-for _ in $(seq 1 60); do XA_NOW=$(node_snap); XB_NOW=$(snapb); [ "$XA_NOW" = "$XA_BEFORE" ] && [ "$XB_NOW" = "$XB_BEFORE" ] && break; sleep 1; done
-[ "$XA_NOW" = "$XA_BEFORE" ] || why="$why node A differs: $(diff <(echo "$XA_BEFORE") <(echo "$XA_NOW") | tr '\n' ';');"
-[ "$XB_NOW" = "$XB_BEFORE" ] || why="$why node B differs: $(diff <(echo "$XB_BEFORE") <(echo "$XB_NOW") | tr '\n' ';');"
+why="$why$(nodes_differ 60 "$XA_BEFORE" "$XB_BEFORE")"
 [ -z "$why" ] && pass "cluster-delete-restores(both nodes' VF rows, names, MACs and MTUs as before, no record; the IPPool empty)" \
   || fail cluster-delete-restores "$why"
 

@@ -181,9 +181,7 @@ k -n "$CNS" delete pod $CPODS --ignore-not-found --wait=false >/dev/null 2>&1
 k -n "$CNS" wait --for=delete pod/c0 pod/c1 pod/c2 pod/c3 --timeout=120s >/dev/null 2>&1
 why=""
 wb_allocs_are "$CPOOL" || why="the IPPool still holds '$(echo "$WB_GOT" | tr '\n' ';')';"
-for _ in $(seq 1 60); do CA_NOW=$(node_snap); CB_NOW=$(snapb); [ "$CA_NOW" = "$CA_BEFORE" ] && [ "$CB_NOW" = "$CB_BEFORE" ] && break; sleep 1; done
-[ "$CA_NOW" = "$CA_BEFORE" ] || why="$why node A differs: $(diff <(echo "$CA_BEFORE") <(echo "$CA_NOW") | tr '\n' ';');"
-[ "$CB_NOW" = "$CB_BEFORE" ] || why="$why node B differs: $(diff <(echo "$CB_BEFORE") <(echo "$CB_NOW") | tr '\n' ';');"
+why="$why$(nodes_differ 60 "$CA_BEFORE" "$CB_BEFORE")"
 left=$( { onnode '/usr/sbin/rdma link show'; onb '/usr/sbin/rdma link show'; } 2>/dev/null | grep -o 'rxeC[0-9]' | tr '\n' ' ')
 [ -z "$left" ] || why="$why rxe devices left: $left;"
 [ -z "$why" ] && pass "collective-delete-restores(both nodes' VF rows, names, MACs and MTUs as before, no rxeC device, the IPPool empty)" \
