@@ -277,9 +277,14 @@ boot_node_b() {
 }
 [ -z "$NODE_B" ] || [ -z "$ONLY" ] || boot_node_b
 
-PASS=0; FAIL=0; NAMES=""; FAILED=""
-pass() { PASS=$((PASS + 1)); NAMES="$NAMES${1%%(*}"$'\n'; echo "k8s-e2e: $1 PASS"; }
-fail() { FAIL=$((FAIL + 1)); NAMES="$NAMES${1%%(*}"$'\n'; FAILED="$FAILED${1%%(*}"$'\n'; echo "k8s-e2e: $1 FAIL: $2"; }
+PASS=0; FAIL=0; NAMES=""; FAILED=""; FAILLINES=""
+# Each result says when it came ([seconds since the start]): a failure is placed in the logs by it.
+pass() { PASS=$((PASS + 1)); NAMES="$NAMES${1%%(*}"$'\n'; echo "k8s-e2e [$((SECONDS - t0))s]: $1 PASS"; }
+fail() {
+  FAIL=$((FAIL + 1)); NAMES="$NAMES${1%%(*}"$'\n'; FAILED="$FAILED${1%%(*}"$'\n'
+  FAILLINES="$FAILLINES  ${1%%(*}: $(printf '%s' "$2" | head -c 600)"$'\n'
+  echo "k8s-e2e [$((SECONDS - t0))s]: $1 FAIL: $2"
+}
 # The scenario names each part prints (a result's name up to its first "("). finish() compares the names of the
 # set-up and of the files run (all of FILES, or K8S_ONLY's) with the names printed: one missing (a scenario file
 # that ended early, a branch that skipped it) or not on the list is a failure.
@@ -338,6 +343,8 @@ finish() {
     printf '%s' "$NAMES" | grep -qx "$n" && ! printf '%s' "$FAILED" | grep -qx "$n" && { FAIL=$((FAIL + 1)); echo "k8s-e2e: FAIL $n is not on the list of scenarios (tests/k8s/e2e.sh expected)"; }
   done
   echo "k8s-e2e: logs of this run in $cache/k8s-logs (console.log, the control plane's, the node's)"
+  # The failures once more at the end, where a log cut to its tail (CI's) still shows them.
+  [ -z "$FAILLINES" ] || printf 'k8s-e2e: the failed scenarios of this run:\n%s' "$FAILLINES"
   if [ -n "$ONLY" ]; then
     echo "k8s-e2e: PARTIAL run (K8S_ONLY=$K8S_ONLY: the set-up and$ONLY): $PASS passed, $FAIL failed; not a full verdict"
     [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ] && exit 3
