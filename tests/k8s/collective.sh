@@ -136,7 +136,7 @@ if [ -n "$cup" ]; then
       t=$(date +%s%3N)
       # mpirun's output to a file in c0, not to the exec's stream: mpi-rsh processes left after a failed launch
       # would hold that open and kubectl exec would not return.
-      out=$(cin c0 "SHELL=/bin/sh OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 150 mpirun -np 4 --host $hosts --map-by node \
+      out=$(cin c0 "SHELL=/bin/sh OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 4 --host $hosts --map-by node \
         --mca plm_rsh_agent /usr/bin/mpi-rsh --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include net1 \
         --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca pml_ucx_verbose 2 --mca btl self \
         -x UCX_TLS=$tls -x UCX_LOG_LEVEL=info $(for e in $COLL_UCX_ENV; do printf -- '-x %s ' "$e"; done)/tmp/rank $COLL_N $COLL_ITERS > /tmp/mpirun.out 2>&1; rc=\$?; cat /tmp/mpirun.out; exit \$rc" 2>&1); rc=$?

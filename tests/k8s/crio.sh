@@ -270,25 +270,14 @@ else fail crio-force-delete "crio-f not Ready with net1 carrier: $(k get pod cri
 #     new sandbox that gets a VF. If that sandbox took the VF before the check ran (seen once on 7 December: no
 #     netdev of the VF on the node right after stopp, the new sandbox up with net1), the VF's record names it. ---
 if crio_up crio-s; then
-  PODC=crio-s; crio_state; sb=$SBC; vf=$VFC
-  out=$(onb "crictl stopp $sb >/dev/null && { echo name=\$(ls /sys/bus/pci/devices/$vf/net 2>/dev/null); grep -qs $sb /var/lib/cni/sriov-rdma/$vf.json && echo old-record; }; crictl rmp $sb >/dev/null" 2>/dev/null)
-  name=$(echo "$out" | sed -n 's/^name=//p')
-  oldrec=$(echo "$out" | grep -c old-record)
+  PODC=crio-s; crio_state; vf=$VFC
   want=$(echo "$BEFOREB" | awk -v v="$vf" '$1 == v { print $2 }')
-  sb2=""
-  for _ in $(seq 1 120); do
-    sb2=$(onb "crictl pods -q --name crio-s --state ready" 2>/dev/null); [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && break; sleep 1
-  done
-  k wait --for=condition=Ready pod/crio-s --timeout=120s >/dev/null 2>&1
+  stopp_rmp onb crio-s "$vf" "$want"
   car=""
   for _ in $(seq 1 50); do car=$(inpodc 'cat /sys/class/net/net1/carrier' 2>/dev/null); [ "$car" = 1 ] && break; sleep 0.2; done
-  back="back as $name"
-  if [ -z "$name" ] && [ -n "$sb2" ] && onb "grep -qs $sb2 /var/lib/cni/sriov-rdma/$vf.json" >/dev/null 2>&1; then
-    name=$want; back="already in the kubelet's new sandbox"
-  fi
-  if [ "$oldrec" = 0 ] && [ -n "$name" ] && [ "$name" = "$want" ] && [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && [ "$car" = 1 ]; then
-    pass "crio-stopp-rmp($vf $back after crictl stopp, no record of the old sandbox; new sandbox ${sb2:0:13} with net1 carrier)"
-  else fail crio-stopp-rmp "VF $vf after stopp: '$name' (want '$want'), old sandbox's record left: $oldrec, sandbox '$sb' → '$sb2', carrier '$car'"; fi
+  if [ "$SP_OLDREC" = 0 ] && [ -n "$SP_NAME" ] && [ "$SP_NAME" = "$want" ] && [ -n "$SP_SB2" ] && [ "$SP_SB2" != "$SP_SB" ] && [ "$car" = 1 ]; then
+    pass "crio-stopp-rmp($vf $SP_BACK after crictl stopp, no record of the old sandbox; new sandbox ${SP_SB2:0:13} with net1 carrier)"
+  else fail crio-stopp-rmp "VF $vf after stopp: '$SP_NAME' (want '$want'), old sandbox's record left: $SP_OLDREC, sandbox '$SP_SB' → '$SP_SB2', carrier '$car'"; fi
   crio_end crio-stopp-rmp crio-s
 else crio_not_up crio-stopp-rmp crio-s; fi
 PODC=crio-a

@@ -121,6 +121,7 @@ why=""
 [ -n "$da_on" ] || why="the driver or the NRI plugin did not register: $(dalog | grep -E 'DRA|NRI|error' | tail -4 | tr '\n' ' ');"
 if dak wait --for=condition=Ready pod/da-pod --timeout=180s >/dev/null 2>&1; then
   sb=$(onnode "crictl pods -q --name da-pod --namespace $DA_NS --state ready" 2>/dev/null | head -1)
+  carrier_wait "$DA_NS" da-pod dra0 >/dev/null
   link=$(dak exec da-pod -- ip -o link show dra0 2>&1)
   addr=$(dak exec da-pod -- ip -o -4 addr show dra0 2>&1 | awk '{ print $4 }')
   mac=$(dak exec da-pod -- cat /sys/class/net/dra0/address 2>&1)

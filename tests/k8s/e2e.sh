@@ -417,6 +417,28 @@ crash_node() {
       for n in '"$4"'; do umount \$n; rm -f \$n; done
       '"$5"'; rm -f /run/hold-kubelet /run/hold-'"$2"'" > /dev/null 2>&1 < /dev/null &' >/dev/null 2>&1
 }
+# stopp_rmp SHELL POD VF WANT: POD's ready sandbox stopped and removed with crictl through SHELL (onnode, onb).
+# Read as StopPodSandbox returns (its CNI DEL is done then): VF's netdev on the node and whether VF's record still
+# names the old sandbox. Then waits (120 s) for the kubelet's new sandbox and the pod Ready. The kubelet may start
+# that sandbox, whose ADD takes the same VF again, before the read on the node runs (seen on node B): the VF's record
+# then names the new sandbox. Sets SP_SB, SP_SB2, SP_OLDREC (the old sandbox's record left: 0 or 1), SP_NAME (the
+# VF's netdev name on the node, WANT when it is in the new sandbox) and SP_BACK (which of the two).
+stopp_rmp() {
+  local out
+  SP_SB=$("$1" "crictl pods -q --name $2 --state ready" 2>/dev/null)
+  out=$("$1" "crictl stopp $SP_SB >/dev/null && { echo name=\$(ls /sys/bus/pci/devices/$3/net 2>/dev/null); grep -qs $SP_SB /var/lib/cni/sriov-rdma/$3.json && echo old-record; }; crictl rmp $SP_SB >/dev/null" 2>/dev/null)
+  SP_NAME=$(echo "$out" | sed -n 's/^name=//p')
+  SP_OLDREC=$(echo "$out" | grep -c old-record)
+  SP_SB2=""
+  for _ in $(seq 1 120); do
+    SP_SB2=$("$1" "crictl pods -q --name $2 --state ready" 2>/dev/null); [ -n "$SP_SB2" ] && [ "$SP_SB2" != "$SP_SB" ] && break; sleep 1
+  done
+  k wait --for=condition=Ready "pod/$2" --timeout=120s >/dev/null 2>&1
+  SP_BACK="back as $SP_NAME"
+  if [ -z "$SP_NAME" ] && [ -n "$SP_SB2" ] && "$1" "grep -qs $SP_SB2 /var/lib/cni/sriov-rdma/$3.json" >/dev/null 2>&1; then
+    SP_NAME=$4; SP_BACK="already in the kubelet's new sandbox"
+  fi
+}
 # crash_node_a: node A (containerd, its shims, the CNI's netns under /run/netns) crashes, its daemons held down 3 s;
 # returns once the node is Ready and its shell answers.
 crash_node_a() {
@@ -503,11 +525,16 @@ EOF
 xin() { k -n "$1" exec "$2" -- sh -c "$3"; } # xin NS POD CMD
 # xaddr NS POD: the pod's net1 IPv4 address
 xaddr() { xin "$1" "$2" "ip -4 -o addr show net1" 2>/dev/null | awk '{ print $4 }' | cut -d/ -f1; }
+# carrier_wait NS POD [IF]: waits (20 s) until IF (net1) in POD has carrier, which may come a moment after the pod
+# is Ready; prints the last value read (1 when it came)
+carrier_wait() {
+  local c=""
+  for _ in $(seq 1 100); do c=$(k -n "$1" exec "$2" -- cat "/sys/class/net/${3:-net1}/carrier" 2>/dev/null); [ "$c" = 1 ] && break; sleep 0.2; done
+  echo "$c"
+}
 # up_in NS POD: Ready and net1 with carrier (up to 240 s)
 up_in() {
-  k -n "$1" wait --for=condition=Ready "pod/$2" --timeout=240s >/dev/null 2>&1 || return 1
-  for _ in $(seq 1 100); do [ "$(xin "$1" "$2" 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] && return 0; sleep 0.2; done
-  return 1
+  k -n "$1" wait --for=condition=Ready "pod/$2" --timeout=240s >/dev/null 2>&1 && [ "$(carrier_wait "$1" "$2")" = 1 ]
 }
 # two_nodes_why: what keeps a file of both nodes (cluster.sh, collective.sh) from running: a node not Ready, no
 # shell on node B (crio.sh's); nothing when both are there
@@ -568,11 +595,17 @@ gid_at() {
 # (timestamps in seconds, the PID in the second field): "N ms"
 proc_ms() { awk -v p="$1" '$2 == p { if (!f) f = $1; l = $1 } END { printf "%.0f ms", (l - f) * 1000 }'; }
 # rpair NAME SERVER-NS SERVER CLIENT-NS CLIENT SERVER-CMD CLIENT-CMD: SERVER-CMD in pod SERVER (its output in
-# $work/NAME.server), then CLIENT-CMD in pod CLIENT; sets OUT and RC of the client
+# $work/NAME.server), then CLIENT-CMD in pod CLIENT once the server's process runs in its pod (up to 30 s: a
+# kubectl exec into an emulated node may take longer than the 2 s it once got) and a second more to listen; sets
+# OUT and RC of the client
 rpair() {
   k -n "$2" exec "$3" -- timeout 60 $6 > "$work/$1.server" 2>&1 &
-  local spid=$!
-  sleep 2
+  local spid=$! prog=${6%% *}
+  for _ in $(seq 1 60); do
+    k -n "$2" exec "$3" -- sh -c "grep -qsx '${prog##*/}' /proc/[0-9]*/comm" >/dev/null 2>&1 && break
+    kill -0 $spid 2>/dev/null || break; sleep 0.5
+  done
+  sleep 1
   OUT=$(k -n "$4" exec "$5" -- timeout 45 $7 2>&1); RC=$?
   for _ in $(seq 1 50); do kill -0 $spid 2>/dev/null || break; sleep 0.2; done
   kill $spid 2>/dev/null; wait $spid 2>/dev/null

@@ -30,7 +30,7 @@ hpod() { # hpod NAME: an unprivileged pod on the NAD helm-net asking for one rdm
 }
 # pod_vf NAME: the PCI address of the pod's net1 (its device link, as the pod's own sysfs shows it)
 pod_vf() { k exec "$1" -- sh -c 'basename $(readlink /sys/class/net/net1/device)' 2>/dev/null; }
-carrier() { k exec "$1" -- cat /sys/class/net/net1/carrier 2>/dev/null; }
+carrier() { carrier_wait default "$1"; }
 
 VFA=""; VFB=""; UIDA=""; hca=""
 H0=$(node_snap)
@@ -82,13 +82,17 @@ if [ "$sc_ok" = ok ] && [ -n "$dpid" ] && echo "$st" | grep -q 'CapPrm: 00000000
   pass "helm-daemon-unprivileged(pod spec: privileged false, drop ALL, no add, no privilege escalation, RuntimeDefault seccomp, read-only root; node /proc/$dpid/status: $st; allocatable rdma/hca=$hca)"
 else fail helm-daemon-unprivileged "securityContext $sc ($sc_ok); daemon pid '${dpid}': $st"; fi
 
-# --- helm-doctor-in-daemonset: doctor in the daemon's container sees the node's VFs and the kubelet's resources ---
-out=$(k -n kube-system exec ds/sriov-rdma -c device-plugin -- sriov-rdma doctor 2>&1); rc=$?
-why=""
-[ "$rc" = 0 ] || [ "$rc" = 1 ] || why="$why exit $rc;"
-for p in "$PF1" "$PF2"; do echo "$out" | grep -q "$p" || why="$why no $p in it;"; done
-echo "$out" | grep -q "registered rdma/hca: $hca devices, $hca of them VFs of this node" \
-  || why="$why no 'registered rdma/hca: $hca devices, $hca of them VFs of this node';"
+# --- helm-doctor-in-daemonset: doctor in the daemon's container sees the node's VFs and the kubelet's resources
+#     (its checkpoint, which the kubelet may write a moment after the allocatable shows the resource: up to 30 s) ---
+for _ in $(seq 1 30); do
+  out=$(k -n kube-system exec ds/sriov-rdma -c device-plugin -- sriov-rdma doctor 2>&1); rc=$?
+  why=""
+  [ "$rc" = 0 ] || [ "$rc" = 1 ] || why="$why exit $rc;"
+  for p in "$PF1" "$PF2"; do echo "$out" | grep -q "$p" || why="$why no $p in it;"; done
+  echo "$out" | grep -q "registered rdma/hca: $hca devices, $hca of them VFs of this node" \
+    || why="$why no 'registered rdma/hca: $hca devices, $hca of them VFs of this node';"
+  [ -z "$why" ] && break; sleep 1
+done
 if [ -z "$why" ]; then
   pass "helm-doctor-in-daemonset(kubectl exec ds/sriov-rdma -- sriov-rdma doctor, exit $rc: '$(echo "$out" | grep -m1 -o 'registered rdma/hca: .*')')"
 else fail helm-doctor-in-daemonset "$why $(echo "$out" | head -12 | tr '\n' ' ')"; fi

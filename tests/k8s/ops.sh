@@ -65,7 +65,7 @@ if k -n team-a wait --for=condition=Ready pod/rail-2 --timeout=240s >/dev/null 2
   set -- $pfs
   [ $# = 2 ] && [ "$1" != "$2" ] || why="$why VFs '$vfs' are on PFs '$pfs', not one per PF;"
   for n in net1 net2; do
-    [ "$(k -n team-a exec rail-2 -- cat /sys/class/net/$n/carrier 2>/dev/null)" = 1 ] || why="$why no $n with carrier in the pod;"
+    [ "$(carrier_wait team-a rail-2 $n)" = 1 ] || why="$why no $n with carrier in the pod;"
   done
   rows=$(onnode "/usr/sbin/ip link show $PF1 | grep -c 'vlan 301'; /usr/sbin/ip link show $PF2 | grep -c 'vlan 301'" 2>/dev/null | tr '\n' ' ')
   [ "$rows" = "1 1 " ] || why="$why VLAN 301 rows on PF1/PF2: $rows (want 1 1);"
@@ -88,12 +88,19 @@ k -n team-a delete pod rail-2 --wait=false >/dev/null; k -n team-a wait --for=de
 # A health change: PF2's link down makes its two rail VFs Unhealthy (allocatable 4 → 2), up makes them Healthy.
 down='health="Unhealthy",reason="pf_link_down"'; upl='health="Healthy",reason="ok"'
 d0=$(metric sriov_rdma_health_transitions_total "$r,$down"); u0=$(metric sriov_rdma_health_transitions_total "$r,$upl")
+# metric_settles NAME LABELS FROM: waits (30 s) for the counter to reach FROM + 2, then reads it again 3 s later (a
+# third transition would show); prints that value
+metric_settles() {
+  local v
+  for _ in $(seq 1 30); do v=$(metric "$1" "$2"); [ "$(( ${v:-0} - ${3:-0} ))" -ge 2 ] && break; sleep 1; done
+  sleep 3; metric "$1" "$2"
+}
 onnode "/usr/sbin/ip link set $PF2 down" >/dev/null 2>&1
 wait_allocatable "rail=2 pf1=2 pf2=0 rxe=2 vfio=1" 60; a_down=$ALLOC
-d1=$(metric sriov_rdma_health_transitions_total "$r,$down")
+d1=$(metric_settles sriov_rdma_health_transitions_total "$r,$down" "$d0")
 onnode "/usr/sbin/ip link set $PF2 up" >/dev/null 2>&1
 wait_allocatable "$want" 60; a_up=$ALLOC
-u1=$(metric sriov_rdma_health_transitions_total "$r,$upl")
+u1=$(metric_settles sriov_rdma_health_transitions_total "$r,$upl" "$u0")
 if [ "$a_down" = "rail=2 pf1=2 pf2=0 rxe=2 vfio=1" ] && [ "$a_up" = "$want" ] \
    && [ $(( ${d1:-0} - ${d0:-0} )) = 2 ] && [ $(( ${u1:-0} - ${u0:-0} )) = 2 ]; then
   pass "metrics-health-change(PF2 down: allocatable rail 4→2, health_transitions{$down} +2; up: back to 4, {$upl} +2)"
@@ -103,7 +110,9 @@ else fail metrics-health-change "down: $a_down ($down ${d0:-0}→${d1:-0}); up: 
 e0=$(metric sriov_rdma_config_reload_errors_total 'file="config"')
 set_config "${RAIL_CONFIG/spread/spred}"
 for _ in $(seq 1 150); do e1=$(metric sriov_rdma_config_reload_errors_total 'file="config"'); [ "${e1:-0}" -gt "${e0:-0}" ] && break; sleep 1; done
-log=$(k -n kube-system logs ds/sriov-rdma 2>&1 | grep -m1 'spred')
+# The daemon counts the error, then logs it; the runtime writes the log file a moment later.
+log=""
+for _ in $(seq 1 20); do log=$(k -n kube-system logs ds/sriov-rdma 2>&1 | grep -m1 'spred'); [ -n "$log" ] && break; sleep 0.5; done
 sleep 3
 ALLOC=$(allocatable)
 if [ "${e1:-0}" -gt "${e0:-0}" ] && [ "$ALLOC" = "$want" ] && [ -n "$log" ] && [ "$(dp_pod)" = "$DP0" ]; then

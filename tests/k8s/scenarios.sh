@@ -42,8 +42,7 @@ up() {
   local p start=$1; shift
   for p in "$@"; do
     k wait --for=condition=Ready "pod/$p" --timeout=240s >/dev/null 2>&1 || return 1
-    for _ in $(seq 1 100); do [ "$(inpod "$p" 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] && break; sleep 0.2; done
-    [ "$(inpod "$p" 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] || return 1
+    [ "$(carrier_wait default "$p")" = 1 ] || return 1
     eval "UP_MS_${p//-/_}=$(( $(ms) - start ))"
   done
 }
@@ -190,7 +189,7 @@ if two_up; then
   # The restarted kubelet removed the device plugin's sockets: the plugin registered again (a new socket), and
   # the node offers the resources again.
   ino2=""; got=""
-  for _ in $(seq 1 60); do
+  for _ in $(seq 1 120); do
     ino2=$(onnode "stat -c %i $sock" 2>/dev/null); got=$(cap allocatable sriov-rdma/pf1)/$(cap allocatable sriov-rdma/pf2)
     [ -n "$ino2" ] && [ "$ino2" != "$ino" ] && [ "$got" = 4/2 ] && break; sleep 1
   done
@@ -207,22 +206,17 @@ if two_up; then
   else fail force-delete "before: $(echo "$BEFORE" | tr '\n' ';') after: $(echo "$NOW" | tr '\n' ';')"; fi
 else fail force-delete "pods did not come up"; k delete pod rdma-a rdma-b --ignore-not-found >/dev/null; fi
 
-# --- a sandbox stopped and removed with crictl: DEL gives the VF back, the kubelet makes a new sandbox ---
+# --- a sandbox stopped and removed with crictl: DEL gives the VF back (no record of the old sandbox when
+#     StopPodSandbox returns), the kubelet makes a new sandbox with net1 carrier. The kubelet may start that sandbox,
+#     whose ADD takes the same VF again, before the check on the node runs (crio-stopp-rmp saw it on node B): the
+#     VF is then in the new sandbox and its record names it. ---
 if two_up; then
-  sb=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null)
-  # Read right after StopPodSandbox returned (its CNI DEL is done then): the kubelet soon makes a new sandbox,
-  # whose ADD takes the VF again.
-  name=$(onnode "crictl stopp $sb >/dev/null && ls /sys/bus/pci/devices/$VFA/net; crictl rmp $sb >/dev/null" 2>/dev/null)
-  back=""
-  [ -n "$name" ] && [ "$name" = "$(echo "$BEFORE" | awk -v v="$VFA" '$1 == v { print $2 }')" ] && back=1
-  sb2=""
-  for _ in $(seq 1 120); do
-    sb2=$(onnode "crictl pods -q --name rdma-a --state ready" 2>/dev/null); [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && break; sleep 1
-  done
-  k wait --for=condition=Ready pod/rdma-a --timeout=120s >/dev/null 2>&1
-  if [ -n "$back" ] && [ -n "$sb2" ] && [ "$sb2" != "$sb" ] && carriers; then
-    pass "crictl-stopp-rmp(VF back on the node, new sandbox with net1 carrier)"
-  else fail crictl-stopp-rmp "VF back under its name=${back:-no} ('$name') sandbox '$sb' → '$sb2'"; fi
+  want=$(echo "$BEFORE" | awk -v v="$VFA" '$1 == v { print $2 }')
+  stopp_rmp onnode rdma-a "$VFA" "$want"
+  for _ in $(seq 1 50); do carriers && break; sleep 0.2; done
+  if [ "$SP_OLDREC" = 0 ] && [ -n "$SP_NAME" ] && [ "$SP_NAME" = "$want" ] && [ -n "$SP_SB2" ] && [ "$SP_SB2" != "$SP_SB" ] && carriers; then
+    pass "crictl-stopp-rmp($VFA $SP_BACK after crictl stopp, no record of the old sandbox; new sandbox ${SP_SB2:0:13} with net1 carrier)"
+  else fail crictl-stopp-rmp "VF $VFA after stopp: '$SP_NAME' (want '$want'), old sandbox's record left: $SP_OLDREC, sandbox '$SP_SB' → '$SP_SB2'"; fi
   delete_and_check "crictl-stopp-rmp-then-delete(restored)"
 else fail crictl-stopp-rmp "pods did not come up"; k delete pod rdma-a rdma-b --ignore-not-found >/dev/null; fi
 

@@ -24,12 +24,12 @@ for p in team-a/a1 team-a/a2 team-b/b1; do
   k -n "${p%/*}" wait --for=condition=Ready "pod/${p#*/}" --timeout=240s >/dev/null 2>&1 || ready=""
 done
 if [ -n "$installed" ] && [ -n "$ready" ]; then
+  why=""
   a1=$(tns team-a a1 "ip -4 -o addr show net1" | awk '{ print $4 }' | cut -d/ -f1)
   a2=$(tns team-a a2 "ip -4 -o addr show net1" | awk '{ print $4 }' | cut -d/ -f1)
   b1=$(tns team-b b1 "ip -4 -o addr show net1" | awk '{ print $4 }' | cut -d/ -f1)
   [ -n "$a1" ] && [ -n "$a2" ] && [ -n "$b1" ] && [ "$a1" != "$a2" ] || why="$why addresses a1 '$a1' a2 '$a2' b1 '$b1';"
   rows=$(onnode "/usr/sbin/ip link show $PF1; /usr/sbin/ip link show $PF2" 2>/dev/null)
-  why=""
   for v in 301 302; do
     echo "$rows" | grep -q "vlan $v, spoof checking on, link-state auto, trust off" \
       || echo "$rows" | grep "vlan $v" | grep -q "spoof checking on.*trust off" || why="$why no VF row with vlan $v, spoofchk on, trust off;"
