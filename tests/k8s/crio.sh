@@ -113,7 +113,7 @@ crio_pod "$PODC" | k apply -f - >/dev/null
 t=$(date +%s%3N)
 up_ok=""
 if k wait --for=condition=Ready "pod/$PODC" --timeout=300s >/dev/null 2>&1; then
-  for _ in $(seq 1 100); do [ "$(inpodc 'cat /sys/class/net/net1/carrier' 2>/dev/null)" = 1 ] && { up_ok=1; break; }; sleep 0.2; done
+  [ "$(carrier_wait default "$PODC")" = 1 ] && up_ok=1
 fi
 # crio_state: what node B's kernel and CRI-O show of the pod's VF; sets VFC (PCI), IDXC (its index on pfb0), ROWC
 # (its row in pfb0's VF table), RECC (our record of it), NSC (the record's netns), LINKC (net1 in that netns),
@@ -272,10 +272,9 @@ else fail crio-force-delete "crio-f not Ready with net1 carrier: $(k get pod cri
 if crio_up crio-s; then
   PODC=crio-s; crio_state; vf=$VFC
   want=$(echo "$BEFOREB" | awk -v v="$vf" '$1 == v { print $2 }')
-  stopp_rmp onb crio-s "$vf" "$want"
-  car=""
-  for _ in $(seq 1 50); do car=$(inpodc 'cat /sys/class/net/net1/carrier' 2>/dev/null); [ "$car" = 1 ] && break; sleep 0.2; done
-  if [ "$SP_OLDREC" = 0 ] && [ -n "$SP_NAME" ] && [ "$SP_NAME" = "$want" ] && [ -n "$SP_SB2" ] && [ "$SP_SB2" != "$SP_SB" ] && [ "$car" = 1 ]; then
+  stopp_rmp onb crio-s "$vf" "$want"; sp=$?
+  car=$(carrier_wait default crio-s)
+  if [ "$sp" = 0 ] && [ "$car" = 1 ]; then
     pass "crio-stopp-rmp($vf $SP_BACK after crictl stopp, no record of the old sandbox; new sandbox ${SP_SB2:0:13} with net1 carrier)"
   else fail crio-stopp-rmp "VF $vf after stopp: '$SP_NAME' (want '$want'), old sandbox's record left: $SP_OLDREC, sandbox '$SP_SB' → '$SP_SB2', carrier '$car'"; fi
   crio_end crio-stopp-rmp crio-s

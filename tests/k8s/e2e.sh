@@ -422,7 +422,8 @@ crash_node() {
 # names the old sandbox. Then waits (120 s) for the kubelet's new sandbox and the pod Ready. The kubelet may start
 # that sandbox, whose ADD takes the same VF again, before the read on the node runs (seen on node B): the VF's record
 # then names the new sandbox. Sets SP_SB, SP_SB2, SP_OLDREC (the old sandbox's record left: 0 or 1), SP_NAME (the
-# VF's netdev name on the node, WANT when it is in the new sandbox) and SP_BACK (which of the two).
+# VF's netdev name on the node, WANT when it is in the new sandbox) and SP_BACK (which of the two); returns 0 when no
+# record of the old sandbox was left, the VF was WANT and a new sandbox came.
 stopp_rmp() {
   local out
   SP_SB=$("$1" "crictl pods -q --name $2 --state ready" 2>/dev/null)
@@ -438,6 +439,7 @@ stopp_rmp() {
   if [ -z "$SP_NAME" ] && [ -n "$SP_SB2" ] && "$1" "grep -qs $SP_SB2 /var/lib/cni/sriov-rdma/$3.json" >/dev/null 2>&1; then
     SP_NAME=$4; SP_BACK="already in the kubelet's new sandbox"
   fi
+  [ "$SP_OLDREC" = 0 ] && [ -n "$SP_NAME" ] && [ "$SP_NAME" = "$4" ] && [ -n "$SP_SB2" ] && [ "$SP_SB2" != "$SP_SB" ]
 }
 # crash_node_a: node A (containerd, its shims, the CNI's netns under /run/netns) crashes, its daemons held down 3 s;
 # returns once the node is Ready and its shell answers.

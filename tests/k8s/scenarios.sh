@@ -212,11 +212,11 @@ else fail force-delete "pods did not come up"; k delete pod rdma-a rdma-b --igno
 #     VF is then in the new sandbox and its record names it. ---
 if two_up; then
   want=$(echo "$BEFORE" | awk -v v="$VFA" '$1 == v { print $2 }')
-  stopp_rmp onnode rdma-a "$VFA" "$want"
-  for _ in $(seq 1 50); do carriers && break; sleep 0.2; done
-  if [ "$SP_OLDREC" = 0 ] && [ -n "$SP_NAME" ] && [ "$SP_NAME" = "$want" ] && [ -n "$SP_SB2" ] && [ "$SP_SB2" != "$SP_SB" ] && carriers; then
+  stopp_rmp onnode rdma-a "$VFA" "$want"; sp=$?
+  car=$(carrier_wait default rdma-a)$(carrier_wait default rdma-b)
+  if [ "$sp" = 0 ] && [ "$car" = 11 ]; then
     pass "crictl-stopp-rmp($VFA $SP_BACK after crictl stopp, no record of the old sandbox; new sandbox ${SP_SB2:0:13} with net1 carrier)"
-  else fail crictl-stopp-rmp "VF $VFA after stopp: '$SP_NAME' (want '$want'), old sandbox's record left: $SP_OLDREC, sandbox '$SP_SB' → '$SP_SB2'"; fi
+  else fail crictl-stopp-rmp "VF $VFA after stopp: '$SP_NAME' (want '$want'), old sandbox's record left: $SP_OLDREC, sandbox '$SP_SB' → '$SP_SB2', carriers of rdma-a and rdma-b '$car'"; fi
   delete_and_check "crictl-stopp-rmp-then-delete(restored)"
 else fail crictl-stopp-rmp "pods did not come up"; k delete pod rdma-a rdma-b --ignore-not-found >/dev/null; fi
 
